@@ -1,0 +1,168 @@
+"""Every error Keel raises, in one tree.
+
+Callers catch these, never driver exceptions: adapters translate ``sqlite3`` (and later
+``psycopg``) errors at their boundary, ``raise … from exc``.
+
+::
+
+    KeelError
+    ├── TaskNotFound            unknown id (or another owner's task): never None, never empty
+    ├── InvalidTransition       the write is not allowed from the task's current status
+    │   └── TaskAlreadyTerminal the task is completed / failed / cancelled; carries the snapshot
+    ├── LeaseLost               a fenced write from an attempt that no longer owns the task
+    ├── IdempotencyConflict     same idempotency key, different request
+    ├── InvalidPayload          not JSON, wrong shape, or an invalid JSON Schema
+    │   ├── InputRejected       input that violates the schema it was requested with
+    │   └── PayloadTooLarge     arguments, input, result or step value over the size limit
+    ├── ImportFailed            a teaching-store JSON file that cannot be imported whole
+    ├── ConfigurationError      a bad store location or option
+    └── StoreError              the storage itself failed (I/O, corruption, busy too long)
+
+Every error leaves the store exactly as it was before the call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from keel.model.task import Task
+
+__all__ = [
+    "ConfigurationError",
+    "IdempotencyConflict",
+    "ImportFailed",
+    "InputRejected",
+    "InvalidPayload",
+    "InvalidTransition",
+    "KeelError",
+    "LeaseLost",
+    "PayloadTooLarge",
+    "StoreError",
+    "TaskAlreadyTerminal",
+    "TaskNotFound",
+]
+
+
+class KeelError(Exception):
+    """Base class of every error Keel raises on purpose."""
+
+
+class TaskNotFound(KeelError, LookupError):
+    """No task has this id (or it belongs to another owner, which must look the same)."""
+
+    def __init__(self, task_id: str) -> None:
+        super().__init__(f"unknown task: {task_id}")
+        self.task_id = task_id
+
+
+class InvalidTransition(KeelError):
+    """The requested write is not allowed from the task's current status.
+
+    Attributes:
+        task: the task as it is now (unchanged by the refused write).
+    """
+
+    def __init__(self, message: str, task: Task) -> None:
+        super().__init__(message)
+        self.task = task
+
+    @property
+    def status(self) -> str:
+        """The task's current status, as its wire value."""
+        return self.task.status.value
+
+
+class TaskAlreadyTerminal(InvalidTransition):
+    """The task already ended; terminal states are absorbing.
+
+    Every write to a terminal task (complete, fail, cancel, input, heartbeat …) gets this
+    same answer, except an exact repeat of the write that ended it, which returns the
+    stored snapshot. ``task`` is that snapshot: read the real outcome from it.
+    """
+
+    def __init__(self, task: Task, attempted: str) -> None:
+        super().__init__(
+            f"task {task.task_id} is already {task.status.value}; cannot {attempted}", task
+        )
+        self.attempted = attempted
+
+
+class LeaseLost(KeelError):
+    """A fenced write came from an attempt that no longer owns the task.
+
+    Another claim bumped the fencing token, or the lease was released or recovered. The
+    write was discarded; the attempt must stop.
+    """
+
+    def __init__(self, task_id: str, fence: int, current_fence: int, why: str) -> None:
+        super().__init__(
+            f"lease lost on task {task_id}: write with fence {fence} refused ({why}; "
+            f"current fence {current_fence})"
+        )
+        self.task_id = task_id
+        self.fence = fence
+        self.current_fence = current_fence
+
+
+class IdempotencyConflict(KeelError):
+    """The idempotency key is already bound to a task created with a different request."""
+
+    def __init__(self, key: str, task_id: str, difference: str) -> None:
+        super().__init__(
+            f"idempotency key {key!r} is already bound to task {task_id} created with "
+            f"different {difference}"
+        )
+        self.key = key
+        self.task_id = task_id
+
+
+class InvalidPayload(KeelError, ValueError):
+    """A value is not storable: not JSON, the wrong shape, or an invalid JSON Schema."""
+
+
+class InputRejected(InvalidPayload):
+    """Input that does not satisfy the JSON Schema it was requested with.
+
+    Attributes:
+        key: the input request the value was for.
+        path: where in the value the first violation is (``"service"``, ``"a/0"``), or ``""``.
+    """
+
+    def __init__(self, task_id: str, key: str, path: str, reason: str) -> None:
+        where = f" at {path!r}" if path else ""
+        super().__init__(f"input {key!r} for task {task_id} rejected{where}: {reason}")
+        self.task_id = task_id
+        self.key = key
+        self.path = path
+        self.reason = reason
+
+
+class PayloadTooLarge(InvalidPayload):
+    """A payload exceeds its configured size limit (sizes are of its JSON encoding)."""
+
+    def __init__(self, what: str, size: int, limit: int) -> None:
+        super().__init__(f"{what} is {size} bytes as JSON; the limit is {limit} bytes")
+        self.what = what
+        self.size = size
+        self.limit = limit
+
+
+class ImportFailed(KeelError):
+    """A file could not be imported; nothing from it was stored."""
+
+    def __init__(self, source: str, problems: Sequence[str]) -> None:
+        shown = "; ".join(problems[:3])
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        super().__init__(f"cannot import {source}: {shown}{more}")
+        self.source = source
+        self.problems = list(problems)
+
+
+class ConfigurationError(KeelError, ValueError):
+    """A store location or option that Keel cannot use."""
+
+
+class StoreError(KeelError):
+    """The storage failed underneath Keel: I/O error, corruption, lock held too long."""

@@ -1,0 +1,141 @@
+"""The task value and its parts: frozen, pure, no I/O."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeAlias
+
+__all__ = [
+    "DEFAULT_INPUT_KEY",
+    "TERMINAL",
+    "Event",
+    "InputRequest",
+    "JsonObject",
+    "JsonValue",
+    "Reclaimed",
+    "Status",
+    "Task",
+]
+
+# JSON as Python decodes it. Kept as Any: a precise recursive alias buys nothing at runtime,
+# and every value is checked by encoding it before it is stored.
+JsonValue: TypeAlias = Any
+JsonObject: TypeAlias = dict[str, Any]
+
+DEFAULT_INPUT_KEY = "input"
+"""The key under which the seed-compatible facade stores its single input request."""
+
+
+class Status(enum.StrEnum):
+    """A task's status. Values are the MCP wire names."""
+
+    WORKING = "working"
+    """Accepted and not finished: waiting to be claimed, or running under a lease."""
+    INPUT_REQUIRED = "input_required"
+    """Parked until every outstanding input request is answered; holds no lease."""
+    COMPLETED = "completed"
+    """Finished with a result (which may itself report a domain error). Terminal."""
+    FAILED = "failed"
+    """Ended by a JSON-RPC-shaped error: crash after the last retry, deadline, reclaim. Terminal."""
+    CANCELLED = "cancelled"
+    """Ended on request before it finished. Terminal."""
+
+    @property
+    def terminal(self) -> bool:
+        """Whether this status is final: nothing can change a task once it is reached."""
+        return self in TERMINAL
+
+
+TERMINAL = frozenset({Status.COMPLETED, Status.FAILED, Status.CANCELLED})
+
+
+@dataclass(frozen=True, slots=True)
+class InputRequest:
+    """What a task waits for: a message for the human and the JSON Schema of the answer."""
+
+    message: str
+    schema: JsonObject
+
+    def to_json(self) -> JsonObject:
+        return {"message": self.message, "schema": self.schema}
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """One task as stored: a snapshot, never a live object.
+
+    Times are seconds since the epoch (``float``), as given by the store's clock.
+    """
+
+    task_id: str
+    status: Status
+    owner: str
+    """The principal the task belongs to ("" when the server has no authentication)."""
+    name: str | None
+    """The registered work that runs it; None for facade tasks that the caller finishes."""
+    arguments: JsonObject
+    created_at: float
+    updated_at: float
+    status_message: str | None = None
+    input_requests: Mapping[str, InputRequest] = field(default_factory=dict)
+    """Every input request the task has made, by key, answered or not."""
+    input_responses: Mapping[str, JsonValue] = field(default_factory=dict)
+    """Accepted answers, by request key."""
+    result: JsonValue | None = None
+    error: JsonObject | None = None
+    """JSON-RPC-shaped ``{code, message, data?}``; set when the task failed."""
+    idempotency_key: str | None = None
+    attempt: int = 1
+    """The current attempt's number; waiting for input does not count as an attempt."""
+    max_attempts: int = 1
+    lease_owner: str | None = None
+    lease_expires_at: float | None = None
+    fence: int = 0
+    """Fencing token: bumped by every claim; a write must carry the current one."""
+    ready_at: float = 0.0
+    """A ``working`` task without a lease may be claimed from this time on (retry backoff)."""
+    ttl: float | None = None
+    """Seconds from ``created_at`` after which a finished task may be purged; None: kept."""
+    closed_fence: int | None = None
+    """The fence of the write that ended the task (None for an unleased write)."""
+
+    @property
+    def pending_input(self) -> dict[str, InputRequest]:
+        """Input requests not answered yet, by key."""
+        return {k: r for k, r in self.input_requests.items() if k not in self.input_responses}
+
+    @property
+    def leased(self) -> bool:
+        """Whether an attempt holds the task (it may have expired and await recovery)."""
+        return self.lease_owner is not None
+
+    @property
+    def expires_at(self) -> float | None:
+        """When a finished task may be purged, or None if it is kept."""
+        return None if self.ttl is None else self.created_at + self.ttl
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One entry of a task's append-only history."""
+
+    task_id: str
+    at: float
+    from_status: Status | None
+    """None for the event that created the task."""
+    to_status: Status
+    reason: str
+    actor: str
+    """Who made the change: ``client``, ``worker:<id>``, ``reclaim``, ``cli`` …"""
+
+
+@dataclass(frozen=True, slots=True)
+class Reclaimed:
+    """One task that ``reclaim`` failed, and why."""
+
+    task_id: str
+    previous_status: Status
+    idle_seconds: float
+    reason: str

@@ -1,0 +1,167 @@
+"""Checks every payload passes before it is stored: JSON-ness, size, schemas. Pure."""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import jsonschema
+from jsonschema import Draft202012Validator
+
+from keel.errors import InputRejected, InvalidPayload, PayloadTooLarge
+from keel.model.task import JsonObject, JsonValue
+
+__all__ = [
+    "Limits",
+    "canonical",
+    "check_key",
+    "check_schema",
+    "encode",
+    "normalize",
+    "validate_input",
+]
+
+MiB = 1 << 20
+
+# Built once: json.dumps builds a new encoder per call whenever an option is not default.
+_ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+_CANONICAL = json.JSONEncoder(
+    separators=(",", ":"), ensure_ascii=False, allow_nan=False, sort_keys=True
+).encode
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Size limits, in bytes of the JSON encoding (UTF-8) or characters for names."""
+
+    max_arguments_bytes: int = 1 * MiB
+    max_input_bytes: int = 1 * MiB
+    max_result_bytes: int = 8 * MiB
+    max_step_bytes: int = 8 * MiB
+    max_name_chars: int = 256
+    """Task names, idempotency keys, input keys, step names, owners, worker ids."""
+    max_message_chars: int = 16_384
+    """Status messages, input request messages, reasons."""
+
+
+DEFAULT_LIMITS = Limits()
+
+
+def encode(value: JsonValue, what: str, limit: int) -> str:
+    """Encode ``value`` as compact JSON, refusing what JSON cannot hold or what is too big.
+
+    Raises:
+        InvalidPayload: the value is not JSON (a set, bytes, NaN, non-string keys …).
+        PayloadTooLarge: the encoding is longer than ``limit`` bytes.
+    """
+    try:
+        text = _ENCODE(value)
+    except (TypeError, ValueError) as exc:
+        raise InvalidPayload(f"{what} is not JSON: {exc}") from exc
+    # Every UTF-8 character is at most 4 bytes: skip the byte count when it cannot matter.
+    if len(text) * 4 > limit:
+        size = len(text.encode("utf-8"))
+        if size > limit:
+            raise PayloadTooLarge(what, size, limit)
+    return text
+
+
+def normalize(value: JsonValue, what: str, limit: int) -> tuple[str, JsonValue]:
+    """Encode ``value`` and decode it again: the stored text and a private copy of the value.
+
+    The copy is what the store keeps and returns, so a caller mutating its own object
+    afterwards cannot change a snapshot, and tuples come back as lists on every adapter.
+    """
+    text = encode(value, what, limit)
+    return text, json.loads(text)
+
+
+def canonical(value: JsonValue) -> str:
+    """A byte-exact comparison form: keys sorted, so that equal JSON compares equal."""
+    return _CANONICAL(value)
+
+
+def check_key(value: object, what: str, limits: Limits = DEFAULT_LIMITS) -> str:
+    """Check a name-like string (task name, idempotency key, input key, owner …).
+
+    Raises:
+        InvalidPayload: not a non-empty string, or longer than the limit.
+    """
+    if not isinstance(value, str) or not value:
+        raise InvalidPayload(f"{what} must be a non-empty string, not {value!r}")
+    if len(value) > limits.max_name_chars:
+        raise InvalidPayload(
+            f"{what} is {len(value)} characters; the limit is {limits.max_name_chars}"
+        )
+    return value
+
+
+def check_message(value: object, what: str, limits: Limits = DEFAULT_LIMITS) -> str:
+    """Check a human-readable message.
+
+    Raises:
+        InvalidPayload: not a string, or longer than the limit.
+    """
+    if not isinstance(value, str):
+        raise InvalidPayload(f"{what} must be a string, not {type(value).__name__}")
+    if len(value) > limits.max_message_chars:
+        raise InvalidPayload(
+            f"{what} is {len(value)} characters; the limit is {limits.max_message_chars}"
+        )
+    return value
+
+
+def check_schema(schema: object, what: str) -> JsonObject:
+    """Check that ``schema`` is a JSON Schema object (draft 2020-12).
+
+    Raises:
+        InvalidPayload: it is not an object, or not a valid schema.
+    """
+    if not isinstance(schema, Mapping):
+        raise InvalidPayload(f"{what} must be a JSON Schema object, not {type(schema).__name__}")
+    try:
+        _validator(canonical(schema))
+    except jsonschema.SchemaError as exc:
+        raise InvalidPayload(f"{what} is not a valid JSON Schema: {exc.message}") from exc
+    return dict(schema)
+
+
+def validate_input(task_id: str, key: str, schema: JsonObject, value: JsonValue) -> None:
+    """Check an answer against the schema it was requested with.
+
+    Raises:
+        InputRejected: naming the first offending field and why.
+    """
+    error = jsonschema.exceptions.best_match(_validator(canonical(schema)).iter_errors(value))
+    if error is None:
+        return
+    path = "/".join(str(part) for part in error.absolute_path)
+    if error.validator == "required" and isinstance(error.instance, Mapping):
+        missing = [p for p in error.validator_value if p not in error.instance]
+        if missing:
+            path = "/".join([*(str(p) for p in error.absolute_path), str(missing[0])])
+    raise InputRejected(task_id, key, path, error.message)
+
+
+@functools.lru_cache(maxsize=256)
+def _validator(schema_text: str) -> Draft202012Validator:
+    schema: Any = json.loads(schema_text)
+    Draft202012Validator.check_schema(schema)
+    return Draft202012Validator(schema)
+
+
+def check_seconds(value: object, what: str, *, allow_zero: bool = True) -> float:
+    """Check a duration in seconds.
+
+    Raises:
+        InvalidPayload: not a finite, non-negative number.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidPayload(f"{what} must be a finite number of seconds, not {value!r}")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise InvalidPayload(f"{what} must be {'>= 0' if allow_zero else '> 0'}, not {value!r}")
+    return float(value)

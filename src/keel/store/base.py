@@ -1,0 +1,435 @@
+"""The logic every adapter shares: each protocol method as one transaction over ``Tx``.
+
+An adapter supplies two things: a :class:`Tx` (a handful of row-level primitives: load,
+insert, conditional update, append history …) and :meth:`TxStore._run`, which runs a
+function inside one transaction. The rules come from :mod:`keel.model.transitions`, so
+the adapters cannot disagree about them.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
+
+from keel.errors import IdempotencyConflict, ImportFailed, InvalidPayload, TaskNotFound
+from keel.model import Event, InputRequest, JsonObject, JsonValue, Limits, Reclaimed, Status, Task
+from keel.model import transitions as tr
+from keel.model.validation import check_key, check_seconds, normalize
+from keel.store.protocol import Clock
+
+__all__ = ["MUTABLE_COLUMNS", "Tx", "TxStore", "new_task_id", "task_from_row", "task_to_row"]
+
+T = TypeVar("T")
+
+MAX_CLAIM_BATCH = 100
+"""Claims are bounded: a long claim transaction blocks every other writer."""
+
+MUTABLE_COLUMNS = (
+    "status", "updated_at", "status_message", "input_requests", "input_responses", "result",
+    "error", "attempt", "lease_owner", "lease_expires_at", "fence", "ready_at", "ttl",
+    "closed_fence", "expires_at",
+)  # fmt: skip
+"""The columns a transition may change; the rest are fixed when the task is created."""
+
+
+def new_task_id() -> str:
+    """An unguessable task id: 128 random bits, URL-safe (22 characters)."""
+    return secrets.token_urlsafe(16)
+
+
+class Tx(Protocol):
+    """Row-level primitives, valid inside one transaction of one adapter."""
+
+    def load(self, task_id: str) -> Task | None: ...
+    def load_by_key(self, owner: str, key: str) -> Task | None: ...
+    def insert(self, task: Task) -> None: ...
+    def update(self, old: Task, new: Task) -> None:
+        """Write ``new`` where the row still has ``old``'s status and fence."""
+        ...
+
+    def append(self, event: Event) -> None: ...
+    def ready(self, names: Collection[str], now: float, limit: int) -> list[Task]: ...
+    def expired(self, now: float, limit: int) -> list[Task]: ...
+    def stale(self, cutoff: float) -> list[Task]: ...
+    def purgeable(self, now: float, limit: int) -> list[str]: ...
+    def delete(self, task_ids: Sequence[str]) -> None: ...
+    def put_step(self, task_id: str, step: str, value_json: str, at: float) -> None:
+        """Record a step unless it is already recorded (the first value stands)."""
+        ...
+
+    def get_steps(self, task_id: str) -> dict[str, JsonValue]: ...
+    def events(self, task_id: str) -> list[Event]: ...
+    def page(
+        self, status: Status | None, owner: str | None, limit: int, after: str | None
+    ) -> list[Task]: ...
+
+
+_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
+def _mutable_row(task: Task) -> dict[str, Any]:
+    return {
+        "status": task.status.value,
+        "updated_at": task.updated_at,
+        "status_message": task.status_message,
+        "input_requests": _dumps({k: r.to_json() for k, r in task.input_requests.items()}),
+        "input_responses": _dumps(dict(task.input_responses)),
+        "result": None if task.result is None else _dumps(task.result),
+        "error": None if task.error is None else _dumps(task.error),
+        "attempt": task.attempt,
+        "lease_owner": task.lease_owner,
+        "lease_expires_at": task.lease_expires_at,
+        "fence": task.fence,
+        "ready_at": task.ready_at,
+        "ttl": task.ttl,
+        "closed_fence": task.closed_fence,
+        "expires_at": task.expires_at,
+    }
+
+
+def task_to_row(task: Task, *, mutable_only: bool = False) -> dict[str, Any]:
+    """The task as column values (JSON columns as text).
+
+    With ``mutable_only``, just :data:`MUTABLE_COLUMNS`: what an update writes.
+    """
+    row = _mutable_row(task)
+    if not mutable_only:
+        row.update(
+            task_id=task.task_id,
+            owner=task.owner,
+            name=task.name,
+            arguments=_dumps(task.arguments),
+            created_at=task.created_at,
+            idempotency_key=task.idempotency_key,
+            max_attempts=task.max_attempts,
+        )
+    return row
+
+
+def task_from_row(row: Mapping[str, Any]) -> Task:
+    """The inverse of :func:`task_to_row`."""
+    requests = json.loads(row["input_requests"])
+    return Task(
+        task_id=row["task_id"],
+        status=Status(row["status"]),
+        owner=row["owner"],
+        name=row["name"],
+        arguments=json.loads(row["arguments"]),
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        status_message=row["status_message"],
+        input_requests={k: InputRequest(r["message"], r["schema"]) for k, r in requests.items()},
+        input_responses=json.loads(row["input_responses"]),
+        result=None if row["result"] is None else json.loads(row["result"]),
+        error=None if row["error"] is None else json.loads(row["error"]),
+        idempotency_key=row["idempotency_key"],
+        attempt=row["attempt"],
+        max_attempts=row["max_attempts"],
+        lease_owner=row["lease_owner"],
+        lease_expires_at=row["lease_expires_at"],
+        fence=row["fence"],
+        ready_at=row["ready_at"],
+        ttl=row["ttl"],
+        closed_fence=row["closed_fence"],
+    )
+
+
+def _apply(tx: Tx, old: Task, change: tr.Change) -> Task:
+    if change.changed:
+        tx.update(old, change.task)
+    if change.event is not None:
+        tx.append(change.event)
+    return change.task
+
+
+def _require(tx: Tx, task_id: str, owner: str | None = None) -> Task:
+    task = tx.load(task_id) if isinstance(task_id, str) else None
+    if task is None or (owner is not None and task.owner != owner):
+        # Another owner's task must be indistinguishable from a missing one.
+        raise TaskNotFound(str(task_id))
+    return task
+
+
+class TxStore:
+    """Implements :class:`keel.store.Store` over an adapter's transactions."""
+
+    def __init__(self, *, clock: Clock | None = None, limits: Limits | None = None) -> None:
+        self._clock: Clock = clock or time.time
+        self.limits = limits or Limits()
+
+    def _now(self) -> float:
+        return self._clock()
+
+    async def _run(self, fn: Callable[[Tx], T], *, write: bool) -> T:
+        """Run ``fn`` in one transaction: all its writes commit together, or none do."""
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        """Release resources. Safe to call twice."""
+
+    # --- reads ---------------------------------------------------------------------
+
+    async def get(self, task_id: str, *, owner: str | None = None) -> Task:
+        return await self._run(lambda tx: _require(tx, task_id, owner), write=False)
+
+    async def list(
+        self,
+        *,
+        status: Status | None = None,
+        owner: str | None = None,
+        limit: int = 100,
+        after: str | None = None,
+    ) -> Sequence[Task]:
+        status = None if status is None else Status(status)
+        return await self._run(lambda tx: tx.page(status, owner, max(0, limit), after), write=False)
+
+    async def history(self, task_id: str) -> Sequence[Event]:
+        def op(tx: Tx) -> list[Event]:
+            _require(tx, task_id)
+            return tx.events(task_id)
+
+        return await self._run(op, write=False)
+
+    async def steps(self, task_id: str) -> Mapping[str, JsonValue]:
+        def op(tx: Tx) -> dict[str, JsonValue]:
+            _require(tx, task_id)
+            return tx.get_steps(task_id)
+
+        return await self._run(op, write=False)
+
+    # --- client writes -------------------------------------------------------------
+
+    async def create(
+        self,
+        *,
+        name: str | None = None,
+        arguments: Mapping[str, JsonValue] | None = None,
+        owner: str = "",
+        idempotency_key: str | None = None,
+        input_requests: Mapping[str, InputRequest] | None = None,
+        ttl: float | None = None,
+        max_attempts: int = 1,
+        actor: str = "client",
+    ) -> Task:
+        if not isinstance(owner, str):
+            raise InvalidPayload(f"owner must be a string, not {owner!r}")
+        task_id = new_task_id()
+
+        def op(tx: Tx) -> Task:
+            change = tr.new_task(
+                task_id,
+                self._now(),
+                name=name,
+                arguments={} if arguments is None else arguments,
+                owner=owner,
+                idempotency_key=idempotency_key,
+                input_requests=input_requests,
+                ttl=ttl,
+                max_attempts=max_attempts,
+                actor=actor,
+                limits=self.limits,
+            )
+            if idempotency_key is not None:
+                existing = tx.load_by_key(owner, idempotency_key)
+                if existing is not None:
+                    difference = tr.same_request(existing, change.task)
+                    if difference is not None:
+                        raise IdempotencyConflict(idempotency_key, existing.task_id, difference)
+                    return existing
+            tx.insert(change.task)
+            assert change.event is not None
+            tx.append(change.event)
+            return change.task
+
+        return await self._run(op, write=True)
+
+    async def provide_input(
+        self,
+        task_id: str,
+        responses: Mapping[str, JsonValue],
+        *,
+        owner: str | None = None,
+        actor: str = "client",
+    ) -> Task:
+        def op(tx: Tx) -> Task:
+            task = _require(tx, task_id, owner)
+            change = tr.provide_input(task, responses, self._now(), actor=actor, limits=self.limits)
+            return _apply(tx, task, change)
+
+        return await self._run(op, write=True)
+
+    async def complete(
+        self, task_id: str, result: JsonValue, *, fence: int | None = None, actor: str = "client"
+    ) -> Task:
+        def op(tx: Tx) -> Task:
+            task = _require(tx, task_id)
+            change = tr.complete(
+                task, result, self._now(), fence=fence, actor=actor, limits=self.limits
+            )
+            return _apply(tx, task, change)
+
+        return await self._run(op, write=True)
+
+    async def fail(
+        self, task_id: str, error: JsonObject, *, fence: int | None = None, actor: str = "client"
+    ) -> Task:
+        def op(tx: Tx) -> Task:
+            task = _require(tx, task_id)
+            change = tr.fail(task, error, self._now(), fence=fence, actor=actor, limits=self.limits)
+            return _apply(tx, task, change)
+
+        return await self._run(op, write=True)
+
+    async def cancel(
+        self,
+        task_id: str,
+        *,
+        reason: str | None = None,
+        owner: str | None = None,
+        actor: str = "client",
+    ) -> Task:
+        def op(tx: Tx) -> Task:
+            task = _require(tx, task_id, owner)
+            return _apply(tx, task, tr.cancel(task, self._now(), reason=reason, actor=actor))
+
+        return await self._run(op, write=True)
+
+    # --- worker writes -------------------------------------------------------------
+
+    async def request_input(
+        self, task_id: str, requests: Mapping[str, InputRequest], *, fence: int | None
+    ) -> Task:
+        def op(tx: Tx) -> Task:
+            task = _require(tx, task_id)
+            change = tr.request_input(task, requests, self._now(), fence=fence, limits=self.limits)
+            return _apply(tx, task, change)
+
+        return await self._run(op, write=True)
+
+    async def claim(
+        self, names: Collection[str], *, worker: str, lease_seconds: float, limit: int = 1
+    ) -> Sequence[Task]:
+        check_key(worker, "worker id", self.limits)
+        lease = check_seconds(lease_seconds, "lease", allow_zero=False)
+        wanted = sorted(set(names))
+        if not wanted or limit < 1:
+            return []
+
+        def op(tx: Tx) -> list[Task]:
+            now = self._now()
+            claimed = []
+            for task in tx.ready(wanted, now, min(limit, MAX_CLAIM_BATCH)):
+                change = tr.claim(task, now, worker=worker, lease_seconds=lease)
+                claimed.append(_apply(tx, task, change))
+            return claimed
+
+        return await self._run(op, write=True)
+
+    async def renew(self, task_id: str, *, fence: int, lease_seconds: float) -> Task:
+        lease = check_seconds(lease_seconds, "lease", allow_zero=False)
+
+        def op(tx: Tx) -> Task:
+            task = _require(tx, task_id)
+            change = tr.renew(task, self._now(), fence=fence, lease_seconds=lease)
+            return _apply(tx, task, change)
+
+        return await self._run(op, write=True)
+
+    async def retry(
+        self, task_id: str, error: JsonObject, *, fence: int, delay_seconds: float
+    ) -> Task:
+        def op(tx: Tx) -> Task:
+            task = _require(tx, task_id)
+            change = tr.retry(
+                task,
+                error,
+                self._now(),
+                fence=fence,
+                delay_seconds=delay_seconds,
+                limits=self.limits,
+            )
+            return _apply(tx, task, change)
+
+        return await self._run(op, write=True)
+
+    async def set_status_message(
+        self, task_id: str, message: str | None, *, fence: int | None = None
+    ) -> Task:
+        def op(tx: Tx) -> Task:
+            task = _require(tx, task_id)
+            change = tr.set_status_message(
+                task, message, self._now(), fence=fence, limits=self.limits
+            )
+            return _apply(tx, task, change)
+
+        return await self._run(op, write=True)
+
+    async def save_step(self, task_id: str, step: str, value: JsonValue, *, fence: int) -> None:
+        check_key(step, "step name", self.limits)
+        text, _ = normalize(value, f"step {step!r}", self.limits.max_step_bytes)
+
+        def op(tx: Tx) -> None:
+            task = _require(tx, task_id)
+            tr.check_step(task, fence)
+            tx.put_step(task_id, step, text, self._now())
+
+        await self._run(op, write=True)
+
+    # --- maintenance ---------------------------------------------------------------
+
+    async def recover_expired(self, *, limit: int = 100) -> Sequence[Task]:
+        def op(tx: Tx) -> list[Task]:
+            now = self._now()
+            return [
+                _apply(tx, task, tr.recover(task, now))
+                for task in tx.expired(now, min(max(limit, 0), MAX_CLAIM_BATCH))
+            ]
+
+        return await self._run(op, write=True)
+
+    async def reclaim(self, timeout_seconds: float) -> Sequence[Reclaimed]:
+        timeout = check_seconds(timeout_seconds, "reclaim timeout")
+
+        def op(tx: Tx) -> list[Reclaimed]:
+            now = self._now()
+            done = []
+            for task in tx.stale(now - timeout):
+                change, why = tr.reclaim(task, now, timeout_seconds=timeout)
+                _apply(tx, task, change)
+                done.append(why)
+            return done
+
+        return await self._run(op, write=True)
+
+    async def purge(self, *, limit: int = 1000) -> Sequence[str]:
+        def op(tx: Tx) -> list[str]:
+            ids = tx.purgeable(self._now(), max(0, limit))
+            tx.delete(ids)
+            return ids
+
+        return await self._run(op, write=True)
+
+    async def import_tasks(self, tasks: Sequence[Task], *, actor: str = "import") -> None:
+        def op(tx: Tx) -> None:
+            now = self._now()
+            problems = []
+            for task in tasks:
+                if tx.load(task.task_id) is not None:
+                    problems.append(f"task {task.task_id} already exists in the store")
+                elif task.idempotency_key is not None and tx.load_by_key(
+                    task.owner, task.idempotency_key
+                ):
+                    problems.append(
+                        f"idempotency key {task.idempotency_key!r} of task {task.task_id} "
+                        "is already bound in the store"
+                    )
+            if problems:
+                raise ImportFailed("the store", problems)
+            for task in tasks:
+                tx.insert(task)
+                tx.append(Event(task.task_id, now, None, task.status, "imported", actor))
+
+        await self._run(op, write=True)

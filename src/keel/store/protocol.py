@@ -1,0 +1,254 @@
+"""The store port: one async protocol that every adapter implements.
+
+Every method is one transaction: it happens whole or not at all, and an error leaves the
+store exactly as it was. The rules themselves live in :mod:`keel.model.transitions`; the
+contract suite in ``tests/contract`` runs every behaviour below against every adapter.
+
+Writes come in two kinds:
+
+* **unleased** writes (``fence=None``) from clients, the facade and operators. They are
+  refused on a task that a worker holds, except ``cancel``, which always reaches it;
+* **fenced** writes from a worker's attempt, carrying the fencing token its claim
+  returned. A stale token raises :class:`~keel.errors.LeaseLost` and changes nothing.
+
+Any write to a finished task raises :class:`~keel.errors.TaskAlreadyTerminal` with the
+stored snapshot, except an exact repeat of the write that finished it, which returns that
+snapshot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Protocol
+
+from keel.model import Event, InputRequest, JsonObject, JsonValue, Reclaimed, Status, Task
+
+__all__ = ["Clock", "Store"]
+
+Clock = Callable[[], float]
+"""Seconds since the epoch. Injected so that leases, TTLs and reclaim run in virtual time."""
+
+
+class Store(Protocol):
+    """Durable task storage. Adapters: ``memory``, ``sqlite`` (and ``postgres``)."""
+
+    async def create(
+        self,
+        *,
+        name: str | None = None,
+        arguments: Mapping[str, JsonValue] | None = None,
+        owner: str = "",
+        idempotency_key: str | None = None,
+        input_requests: Mapping[str, InputRequest] | None = None,
+        ttl: float | None = None,
+        max_attempts: int = 1,
+        actor: str = "client",
+    ) -> Task:
+        """Create a task, or return the one already bound to ``(owner, idempotency_key)``.
+
+        It starts ``input_required`` if ``input_requests`` are given, else ``working``.
+
+        Raises:
+            IdempotencyConflict: the key is bound to a task with another name, other
+                arguments or other initial input requests.
+            InvalidPayload: arguments not a JSON object; a bad schema, key, ttl, max_attempts.
+            PayloadTooLarge: arguments over the limit.
+        """
+        ...
+
+    async def get(self, task_id: str, *, owner: str | None = None) -> Task:
+        """The task's current snapshot.
+
+        Args:
+            owner: if given, a task of another owner is reported as unknown.
+
+        Raises:
+            TaskNotFound: no such task (or not this owner's).
+        """
+        ...
+
+    async def list(
+        self,
+        *,
+        status: Status | None = None,
+        owner: str | None = None,
+        limit: int = 100,
+        after: str | None = None,
+    ) -> Sequence[Task]:
+        """Tasks in creation order, oldest first; ``after`` is the last task id of a page."""
+        ...
+
+    async def history(self, task_id: str) -> Sequence[Event]:
+        """The task's append-only history, oldest first.
+
+        Raises:
+            TaskNotFound: no such task.
+        """
+        ...
+
+    async def provide_input(
+        self,
+        task_id: str,
+        responses: Mapping[str, JsonValue],
+        *,
+        owner: str | None = None,
+        actor: str = "client",
+    ) -> Task:
+        """Answer outstanding input requests, by key; ``working`` again once all are answered.
+
+        Unknown and already-answered keys are ignored.
+
+        Raises:
+            TaskNotFound: no such task (or not this owner's).
+            TaskAlreadyTerminal: the task ended.
+            InvalidTransition: the task is not waiting for input.
+            InputRejected: an answer violates its schema; no answer is accepted.
+            PayloadTooLarge: an answer over the limit.
+        """
+        ...
+
+    async def request_input(
+        self,
+        task_id: str,
+        requests: Mapping[str, InputRequest],
+        *,
+        fence: int | None,
+    ) -> Task:
+        """``working -> input_required``: persist the requests and release the lease.
+
+        Raises:
+            TaskNotFound, TaskAlreadyTerminal, LeaseLost, InvalidTransition.
+            InvalidPayload: no requests, a bad schema, or a key the task already used.
+        """
+        ...
+
+    async def complete(
+        self, task_id: str, result: JsonValue, *, fence: int | None = None, actor: str = "client"
+    ) -> Task:
+        """``working -> completed`` with ``result``.
+
+        Raises:
+            TaskNotFound, LeaseLost.
+            TaskAlreadyTerminal: it ended already (unless this exact write ended it).
+            InvalidTransition: it waits for input, or it is leased and this write is not.
+            InvalidPayload, PayloadTooLarge: the result.
+        """
+        ...
+
+    async def fail(
+        self, task_id: str, error: JsonObject, *, fence: int | None = None, actor: str = "client"
+    ) -> Task:
+        """Non-terminal -> ``failed`` with a JSON-RPC-shaped ``{code, message, data?}``.
+
+        Raises:
+            TaskNotFound, LeaseLost.
+            TaskAlreadyTerminal: it ended already (unless this exact write ended it).
+            InvalidTransition: it is leased and this write is not.
+            InvalidPayload: not a JSON-RPC error object.
+        """
+        ...
+
+    async def cancel(
+        self,
+        task_id: str,
+        *,
+        reason: str | None = None,
+        owner: str | None = None,
+        actor: str = "client",
+    ) -> Task:
+        """Non-terminal -> ``cancelled``, whether it waits or runs (the lease is dropped).
+
+        Raises:
+            TaskNotFound: no such task (or not this owner's).
+            TaskAlreadyTerminal: it completed or failed first. Cancelling a cancelled
+                task returns it.
+        """
+        ...
+
+    async def claim(
+        self, names: Collection[str], *, worker: str, lease_seconds: float, limit: int = 1
+    ) -> Sequence[Task]:
+        """Lease up to ``limit`` ready ``working`` tasks with one of ``names``, oldest first.
+
+        Each claim bumps the task's fencing token; the returned tasks carry it.
+        """
+        ...
+
+    async def renew(self, task_id: str, *, fence: int, lease_seconds: float) -> Task:
+        """Extend the lease of the attempt holding ``fence``.
+
+        Raises:
+            TaskNotFound, LeaseLost.
+            TaskAlreadyTerminal: the task ended (cancelled): the attempt must stop.
+        """
+        ...
+
+    async def retry(
+        self, task_id: str, error: JsonObject, *, fence: int, delay_seconds: float
+    ) -> Task:
+        """End the attempt with ``error``: ready again after the delay, or dead-lettered
+        (``failed``) when it was the last attempt.
+
+        Raises:
+            TaskNotFound, TaskAlreadyTerminal, LeaseLost, InvalidPayload.
+        """
+        ...
+
+    async def set_status_message(
+        self, task_id: str, message: str | None, *, fence: int | None = None
+    ) -> Task:
+        """Set the progress line shown in snapshots.
+
+        Raises:
+            TaskNotFound, TaskAlreadyTerminal, LeaseLost, InvalidTransition, InvalidPayload.
+        """
+        ...
+
+    async def save_step(self, task_id: str, step: str, value: JsonValue, *, fence: int) -> None:
+        """Checkpoint a step's JSON result for the attempt holding ``fence``.
+
+        A step that is already recorded keeps its first value.
+
+        Raises:
+            TaskNotFound, TaskAlreadyTerminal, LeaseLost, InvalidPayload, PayloadTooLarge.
+        """
+        ...
+
+    async def steps(self, task_id: str) -> Mapping[str, JsonValue]:
+        """Every checkpointed step of the task, by name.
+
+        Raises:
+            TaskNotFound: no such task.
+        """
+        ...
+
+    async def recover_expired(self, *, limit: int = 100) -> Sequence[Task]:
+        """Tasks whose lease expired become ready again (``attempt + 1``), or ``failed``
+        with a dead-letter error after their last attempt. Safe to run from anywhere."""
+        ...
+
+    async def reclaim(self, timeout_seconds: float) -> Sequence[Reclaimed]:
+        """Fail every non-terminal task not updated for more than ``timeout_seconds``.
+
+        Raises:
+            InvalidPayload: a negative or non-finite timeout.
+        """
+        ...
+
+    async def purge(self, *, limit: int = 1000) -> Sequence[str]:
+        """Delete finished tasks whose TTL has run out (with history and steps); return
+        their ids. Tasks that still live are never deleted, whatever their TTL."""
+        ...
+
+    async def import_tasks(self, tasks: Sequence[Task], *, actor: str = "import") -> None:
+        """Insert whole tasks as they are (migration from another store), all or none.
+
+        Raises:
+            ImportFailed: a task id or idempotency key is already taken.
+            InvalidPayload: a task that the store could not hold.
+        """
+        ...
+
+    async def close(self) -> None:
+        """Release connections. Safe to call twice."""
+        ...
