@@ -1,0 +1,132 @@
+"""Shared fixtures: a fake clock, and one ``store`` fixture run over every adapter.
+
+The contract suite (``tests/contract``) asks for ``store`` and so runs once per entry of
+:data:`ADAPTERS`. Adding an adapter (PostgreSQL) is one more entry there.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from keel.model import Limits
+from keel.store import MemoryStore, SqliteStore, Store
+
+START = 1_700_000_000.0  # seconds since the epoch: an ordinary, recent instant
+
+
+class FakeClock:
+    """A clock that only moves when told to: ``clock()`` is seconds since the epoch."""
+
+    def __init__(self, start: float = START) -> None:
+        self.now = float(start)
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> float:
+        """Move the clock forward by ``seconds`` and return the new time."""
+        if seconds < 0:
+            raise ValueError("a clock does not go backwards")
+        self.now += seconds
+        return self.now
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """How the tests open one store adapter.
+
+    ``open(where, clock, limits)`` opens the store whose data lives at ``where`` (a
+    folder private to the test); opening it again at the same place must find the same
+    data when ``durable`` is true.
+    """
+
+    name: str
+    open: Callable[[Path, FakeClock, Limits | None], Store]
+    durable: bool
+
+
+def _open_memory(where: Path, clock: FakeClock, limits: Limits | None) -> Store:
+    return MemoryStore(clock=clock, limits=limits)
+
+
+def _open_sqlite(where: Path, clock: FakeClock, limits: Limits | None) -> Store:
+    return SqliteStore(where / "keel.db", clock=clock, limits=limits)
+
+
+ADAPTERS: dict[str, Adapter] = {
+    "memory": Adapter("memory", _open_memory, durable=False),
+    "sqlite": Adapter("sqlite", _open_sqlite, durable=True),
+    # "postgres": Adapter("postgres", _open_postgres, durable=True),
+}
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """Async tests run on asyncio (the store has no trio-specific code to cover)."""
+    return "asyncio"
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    """A fresh fake clock at a fixed instant."""
+    return FakeClock()
+
+
+@pytest.fixture(params=list(ADAPTERS), ids=list(ADAPTERS))
+def adapter(request: pytest.FixtureRequest) -> Adapter:
+    """Each store adapter in turn."""
+    return ADAPTERS[request.param]
+
+
+StoreFactory = Callable[..., Store]
+
+
+@pytest.fixture
+async def make_store(
+    adapter: Adapter, tmp_path: Path, clock: FakeClock
+) -> AsyncIterator[StoreFactory]:
+    """Open stores of the current adapter: ``make_store(limits=None, where=None)``.
+
+    Each call without ``where`` gets a new, empty store; every store is closed afterwards.
+    """
+    opened: list[Store] = []
+    counter = itertools.count()
+
+    def factory(*, limits: Limits | None = None, where: Path | None = None) -> Store:
+        if where is None:
+            n = next(counter)
+            where = tmp_path if n == 0 else tmp_path / f"store-{n}"
+        where.mkdir(parents=True, exist_ok=True)
+        store = adapter.open(where, clock, limits)
+        opened.append(store)
+        return store
+
+    yield factory
+    for store in reversed(opened):
+        await store.close()
+
+
+@pytest.fixture
+def store(make_store: StoreFactory) -> Store:
+    """An empty store of the current adapter, on the fake clock (data under ``tmp_path``)."""
+    return make_store()
+
+
+@pytest.fixture
+def reopen(adapter: Adapter, make_store: StoreFactory, tmp_path: Path) -> Callable[[], Store]:
+    """Open another handle on the ``store`` fixture's data, as a restarted process would.
+
+    Only durable adapters have data to find again; the test is skipped for the others.
+    """
+    if not adapter.durable:
+        pytest.skip(f"{adapter.name} keeps nothing across a reopen")
+
+    def again() -> Store:
+        return make_store(where=tmp_path)
+
+    return again
