@@ -1,0 +1,126 @@
+"""What every ``keel`` command shares: the ``--store`` option, opening and closing the
+store, warnings, and turning :class:`~keel.errors.KeelError` into exit code 1.
+
+Output rule: results go to stdout, warnings and errors to stderr, so that
+``keel tasks list --json | jq`` never sees a warning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import IO, Any, TypeVar
+
+import anyio
+import click
+
+from keel.store import ENV_VAR, Location, Store, open_store, parse_location, resolve_location
+
+__all__ = [
+    "STORE_HELP",
+    "CliState",
+    "KeelCliError",
+    "chosen_location",
+    "run_with_store",
+    "store_option",
+    "warn",
+]
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+STORE_HELP = (
+    f"Store location: a file path, sqlite:///relative.db, sqlite:////absolute.db or "
+    f"memory://. Default: ${ENV_VAR}, then keel-data/keel.db under the current directory."
+)
+
+
+class KeelCliError(click.ClickException):
+    """An operational error: one line on stderr, ``keel: error: …``, exit code 1."""
+
+    exit_code = 1
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        # One line, whatever the message: a multi-line message would read as several errors.
+        message = " ".join(self.format_message().split())
+        click.echo(f"keel: error: {message}", file=file, err=file is None)
+
+
+@dataclass
+class CliState:
+    """Options given before the subcommand (``keel --store URL tasks list``)."""
+
+    store: str | None = None
+
+
+def warn(message: str) -> None:
+    """A one-line warning on stderr."""
+    click.echo(f"keel: warning: {message}", err=True)
+
+
+def _remember_store(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        ctx.ensure_object(CliState).store = value
+
+
+def store_option(fn: F) -> F:
+    """``--store URL`` on a command or group; the innermost one given wins.
+
+    ``$KEEL_STORE`` is read by :func:`keel.store.resolve_location`, not by click, so that a
+    ``--store`` given on the root group is not overridden by the environment.
+    """
+    return click.option(
+        "--store",
+        metavar="URL",
+        default=None,
+        expose_value=False,
+        is_eager=True,
+        callback=_remember_store,
+        help=STORE_HELP,
+    )(fn)
+
+
+def chosen_location(ctx: click.Context) -> Location:
+    """The store location for this invocation, parsed.
+
+    Raises:
+        ConfigurationError: a bad location.
+    """
+    state = ctx.find_object(CliState)
+    return parse_location(resolve_location(None if state is None else state.store))
+
+
+def run_with_store(
+    ctx: click.Context,
+    operation: Callable[[Store], Awaitable[T]],
+    *,
+    creates: bool = False,
+) -> T:
+    """Open the store, run ``operation`` on it in an event loop, close the store.
+
+    Args:
+        creates: whether the command may create a missing SQLite file. Commands that only
+            read or change existing tasks must not leave a ``keel-data/`` folder behind in
+            whatever directory they happen to run in: for them a missing file is an empty
+            store (an in-memory one, so every answer is exactly what an empty store says).
+
+    Raises:
+        KeelError: whatever the store or the operation raised (the caller's ``main`` turns
+            it into one line and exit code 1).
+    """
+    location = chosen_location(ctx)
+    if location.kind == "memory":
+        warn("memory:// lives only as long as this command: nothing will persist")
+    target = location.url or str(location.path)
+    if not creates and location.kind == "sqlite" and location.path and not location.path.exists():
+        warn(f"no store at {location.path} yet (use --store or ${ENV_VAR} to choose one)")
+        target = "memory://"
+
+    async def run() -> T:
+        store = open_store(target)
+        try:
+            return await operation(store)
+        finally:
+            await store.close()
+
+    return anyio.run(run)

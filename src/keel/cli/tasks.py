@@ -1,0 +1,314 @@
+"""``keel tasks …``: look at and operate on the tasks in a store.
+
+Each command opens the store, does one or two calls of the async store API, closes it and
+prints; the rules (what may change, what is refused and how) are the store's.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from keel.cli.common import KeelCliError, chosen_location, run_with_store, store_option
+from keel.cli.render import (
+    dump_json,
+    print_table,
+    reclaimed_to_json,
+    show_lines,
+    status_text,
+    task_to_json,
+)
+from keel.errors import InvalidTransition
+from keel.importer import ImportReport, import_file, read_teaching_file
+from keel.model import DEFAULT_INPUT_KEY, Event, JsonValue, Reclaimed, Status, Task
+from keel.store import Store
+
+__all__ = ["tasks"]
+
+ACTOR = "cli"
+"""Who the history says made a change from the command line."""
+
+_STATUS_CHOICE = click.Choice([s.value for s in Status])
+
+
+def _parse_json(ctx: click.Context, param: click.Parameter, value: str | None) -> JsonValue:
+    """``--json``: a JSON document on the command line (``-`` reads it from stdin).
+
+    A malformed document is a usage error (exit 2) that says where and what is wrong.
+    """
+    if value is None:
+        return None
+    text = sys.stdin.read() if value == "-" else value
+    try:
+        return json.loads(text, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(
+            f"not valid JSON: line {exc.lineno} column {exc.colno}: {exc.msg}", ctx, param
+        ) from exc
+    except ValueError as exc:
+        raise click.BadParameter(f"not valid JSON: {exc}", ctx, param) from exc
+
+
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+@click.group()
+@store_option
+def tasks() -> None:
+    """Look at and operate on the tasks in a store.
+
+    Every command takes --store URL (or $KEEL_STORE; default keel-data/keel.db under the
+    current directory), the same store `keel serve` uses.
+    """
+
+
+@tasks.command("list", short_help="List tasks: id, status, name, message, attempt, updated.")
+@store_option
+@click.option("--status", type=_STATUS_CHOICE, help="Only tasks with this status.")
+@click.option("--json", "as_json", is_flag=True, help="A JSON array of full task snapshots.")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=100,
+    show_default=True,
+    help="At most this many tasks, oldest first.",
+)
+@click.pass_context
+def list_tasks(ctx: click.Context, status: str | None, as_json: bool, limit: int) -> None:
+    """List tasks in creation order: id, status, name, status message, attempt, updated."""
+    wanted = None if status is None else Status(status)
+
+    async def op(store: Store) -> list[Task]:
+        # One more than asked, to say whether the listing was cut short.
+        return list(await store.list(status=wanted, limit=limit + 1))
+
+    found = run_with_store(ctx, op)
+    more, found = len(found) > limit, found[:limit]
+    if as_json:
+        click.echo(dump_json([task_to_json(t) for t in found]))
+    elif not found:
+        click.echo("no tasks" if wanted is None else f"no {wanted.value} tasks")
+    else:
+        print_table(found)
+    if more:
+        click.echo(f"keel: note: showing the first {limit} tasks; use --limit for more", err=True)
+
+
+@tasks.command("show", short_help="Show a task: every field, its input and its history.")
+@store_option
+@click.argument("task_id", metavar="ID")
+@click.option("--json", "as_json", is_flag=True, help="The snapshot and history as JSON.")
+@click.pass_context
+def show(ctx: click.Context, task_id: str, as_json: bool) -> None:
+    """Show every field of task ID, its input requests and answers, and its history."""
+
+    async def op(store: Store) -> tuple[Task, list[Event]]:
+        task = await store.get(task_id)
+        return task, list(await store.history(task_id))
+
+    task, history = run_with_store(ctx, op)
+    if as_json:
+        click.echo(dump_json(task_to_json(task, history)))
+    else:
+        click.echo("\n".join(show_lines(task, history)))
+
+
+@tasks.command("cancel", short_help="Cancel a waiting or running task.")
+@store_option
+@click.argument("task_id", metavar="ID")
+@click.option("--reason", help="Why; recorded in the task's history.")
+@click.pass_context
+def cancel(ctx: click.Context, task_id: str, reason: str | None) -> None:
+    """Cancel task ID, waiting or running.
+
+    A task that already completed or failed is refused (exit 1) with its real status.
+    """
+
+    async def op(store: Store) -> tuple[Task, Task]:
+        before = await store.get(task_id)
+        return before, await store.cancel(task_id, reason=reason, actor=ACTOR)
+
+    before, after = run_with_store(ctx, op)
+    if before.status is Status.CANCELLED:
+        click.echo(f"task {task_id} was already {status_text(after.status)}")
+    else:
+        click.echo(f"task {task_id}: {before.status.value} -> {status_text(after.status)}")
+
+
+@tasks.command("answer", short_help="Answer a task's input request (validated by its schema).")
+@store_option
+@click.argument("task_id", metavar="ID")
+@click.option(
+    "--key",
+    help=f"The input request to answer. Default: the only pending one, else {DEFAULT_INPUT_KEY!r}.",
+)
+@click.option(
+    "--json",
+    "value",
+    callback=_parse_json,
+    required=True,
+    metavar="JSON",
+    help="The answer, as JSON ('-' reads it from stdin). Validated against the request's schema.",
+)
+@click.pass_context
+def answer(ctx: click.Context, task_id: str, key: str | None, value: JsonValue) -> None:
+    """Answer an input request of task ID (the task resumes once all are answered)."""
+
+    async def op(store: Store) -> tuple[Task, str, Task]:
+        task = await store.get(task_id)
+        chosen = _choose_key(task, key)
+        after = await store.provide_input(task_id, {chosen: value}, actor=ACTOR)
+        return task, chosen, after
+
+    before, chosen, after = run_with_store(ctx, op)
+    if after.updated_at == before.updated_at:
+        # The store ignores an answer to a key answered meanwhile: never report that as done.
+        raise KeelCliError(
+            f"input {chosen!r} of task {task_id} was already answered; nothing changed"
+        )
+    waiting = ", ".join(repr(k) for k in after.pending_input)
+    tail = f" (still waiting for {waiting})" if waiting else ""
+    click.echo(
+        f"task {task_id}: input {chosen!r} accepted; {before.status.value} -> "
+        f"{status_text(after.status)}{tail}"
+    )
+
+
+def _choose_key(task: Task, explicit: str | None) -> str:
+    """Which request an answer is for; refuse rather than let it be silently ignored."""
+    pending = task.pending_input
+    if task.status is not Status.INPUT_REQUIRED:
+        # The store refuses this write with the uniform, status-naming answer: let it.
+        return explicit or DEFAULT_INPUT_KEY
+    if explicit is not None:
+        if explicit in pending:
+            return explicit
+        if explicit in task.input_requests:
+            raise InvalidTransition(
+                f"input {explicit!r} of task {task.task_id} was already answered; pending: "
+                f"{', '.join(map(repr, pending))}",
+                task,
+            )
+        raise InvalidTransition(
+            f"task {task.task_id} has no input request {explicit!r}; pending: "
+            f"{', '.join(map(repr, pending))}",
+            task,
+        )
+    if len(pending) == 1:
+        return next(iter(pending))
+    if DEFAULT_INPUT_KEY in pending:
+        return DEFAULT_INPUT_KEY
+    raise click.UsageError(
+        f"task {task.task_id} waits for several inputs ({', '.join(map(repr, pending))}); "
+        "choose one with --key"
+    )
+
+
+@tasks.command("reclaim", short_help="Fail tasks idle for longer than --older-than SECONDS.")
+@store_option
+@click.option(
+    "--older-than",
+    "older_than",
+    type=click.FloatRange(min=0),
+    required=True,
+    metavar="SECONDS",
+    help="Fail non-terminal tasks not updated for longer than this.",
+)
+@click.option("--json", "as_json", is_flag=True, help="The explained list as JSON.")
+@click.pass_context
+def reclaim(ctx: click.Context, older_than: float, as_json: bool) -> None:
+    """Fail every working or input_required task idle for longer than --older-than.
+
+    Prints each reclaimed task with its previous status, how long it was idle, and why.
+    Completed, failed and cancelled tasks are never touched.
+    """
+
+    async def op(store: Store) -> list[Reclaimed]:
+        return list(await store.reclaim(older_than))
+
+    done = run_with_store(ctx, op)
+    if as_json:
+        click.echo(dump_json([reclaimed_to_json(r) for r in done]))
+        return
+    rows = [("ID", "PREVIOUS STATUS", "IDLE", "REASON")]
+    rows += [(r.task_id, r.previous_status.value, f"{r.idle_seconds:.1f}s", r.reason) for r in done]
+    if done:
+        widths = [max(len(r[i]) for r in rows) for i in range(3)]
+        for row in rows:
+            click.echo(
+                "  ".join([*(c.ljust(w) for c, w in zip(row, widths, strict=False)), row[3]])
+            )
+    click.echo(f"reclaimed {_count(len(done))} idle for more than {older_than:g}s")
+
+
+@tasks.command("purge", short_help="Delete finished tasks whose TTL has run out.")
+@store_option
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=1000,
+    show_default=True,
+    help="Delete at most this many tasks.",
+)
+@click.option("--json", "as_json", is_flag=True, help="The purged ids as a JSON array.")
+@click.pass_context
+def purge(ctx: click.Context, limit: int, as_json: bool) -> None:
+    """Delete finished tasks whose TTL has run out, with their history.
+
+    Tasks without a TTL, and tasks still working or waiting for input, are never deleted.
+    """
+
+    async def op(store: Store) -> list[str]:
+        return list(await store.purge(limit=limit))
+
+    ids = run_with_store(ctx, op)
+    if as_json:
+        click.echo(dump_json(ids))
+        return
+    for task_id in ids:
+        click.echo(task_id)
+    click.echo(f"purged {_count(len(ids))} (finished, TTL run out)")
+    if len(ids) == limit:
+        click.echo("keel: note: the limit was reached; run purge again for more", err=True)
+
+
+@tasks.command("import", short_help="Import a teaching-store JSON file, all or nothing.")
+@store_option
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--dry-run", is_flag=True, help="Check the whole file; store nothing.")
+@click.pass_context
+def import_(ctx: click.Context, file: Path, dry_run: bool) -> None:
+    """Import the seed's teaching-store JSON file FILE: every task in it, or none.
+
+    The whole file is checked first (truncated JSON, unknown statuses, wrong shapes,
+    duplicate idempotency keys are refused, naming the problem); then all tasks are stored
+    in one transaction, which also refuses ids or keys the store already holds.
+    """
+    if dry_run:
+        report = read_teaching_file(file)
+        _print_report(report, "would import", "")
+        return
+
+    async def op(store: Store) -> ImportReport:
+        return await import_file(store, file, actor=f"import:{file.name}")
+
+    report = run_with_store(ctx, op, creates=True)
+    _print_report(report, "imported", f" into {chosen_location(ctx).describe()}")
+
+
+def _print_report(report: ImportReport, verb: str, where: str) -> None:
+    counts = ", ".join(f"{n} {s.value}" for s, n in report.counts().items())
+    click.echo(
+        f"{verb} {_count(len(report.tasks))} from {report.source}{where}"
+        + (f": {counts}" if counts else "")
+    )
+    for note in report.notes:
+        click.echo(f"  note: {note}")
+
+
+def _count(n: int) -> str:
+    return f"{n} task" if n == 1 else f"{n} tasks"
