@@ -87,8 +87,19 @@ def _event(old: Task | None, new: Task, now: float, reason: str, actor: str) -> 
     )
 
 
+def _replace(task: Task, **changes: Any) -> Task:
+    """``dataclasses.replace`` without re-running ``__init__``: a hot path of every write."""
+    new = object.__new__(Task)
+    for name in _TASK_FIELDS:
+        object.__setattr__(new, name, changes[name] if name in changes else getattr(task, name))
+    return new
+
+
+_TASK_FIELDS = tuple(f.name for f in dataclasses.fields(Task))
+
+
 def _move(task: Task, now: float, reason: str, actor: str, **changes: Any) -> Change:
-    new = dataclasses.replace(task, updated_at=now, **changes)
+    new = _replace(task, updated_at=now, **changes)
     if not can_move(task.status, new.status):  # pragma: no cover - guarded by callers
         raise InvalidTransition(
             f"task {task.task_id} cannot go from {task.status.value} to {new.status.value}", task
@@ -490,7 +501,7 @@ def renew(task: Task, now: float, *, fence: int, lease_seconds: float) -> Change
         LeaseLost: the attempt no longer owns the task.
     """
     _check_writer(task, fence, "renew its lease")
-    new = dataclasses.replace(task, updated_at=now, lease_expires_at=now + lease_seconds)
+    new = _replace(task, updated_at=now, lease_expires_at=now + lease_seconds)
     return Change(new, None)
 
 
@@ -510,7 +521,7 @@ def set_status_message(
     if message is not None:
         check_message(message, "status message", limits)
     _check_writer(task, fence, "set its status message")
-    return Change(dataclasses.replace(task, updated_at=now, status_message=message), None)
+    return Change(_replace(task, updated_at=now, status_message=message), None)
 
 
 def check_step(task: Task, fence: int) -> None:

@@ -136,8 +136,11 @@ def validate_input(task_id: str, key: str, schema: JsonObject, value: JsonValue)
     Raises:
         InputRejected: naming the first offending field and why.
     """
-    error = jsonschema.exceptions.best_match(_validator(canonical(schema)).iter_errors(value))
-    if error is None:
+    validator = _validator(canonical(schema))
+    if validator.is_valid(value):
+        return
+    error = jsonschema.exceptions.best_match(validator.iter_errors(value))
+    if error is None:  # pragma: no cover - is_valid said otherwise
         return
     path = "/".join(str(part) for part in error.absolute_path)
     if error.validator == "required" and isinstance(error.instance, Mapping):

@@ -70,15 +70,35 @@ class Tx(Protocol):
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
-def _mutable_row(task: Task) -> dict[str, Any]:
-    return {
+_JSON_COLUMNS = ("input_requests", "input_responses", "result", "error")
+
+
+def _encode_column(task: Task, column: str) -> str | None:
+    if column == "input_requests":
+        return _dumps({k: r.to_json() for k, r in task.input_requests.items()})
+    if column == "input_responses":
+        return _dumps(dict(task.input_responses))
+    value = getattr(task, column)
+    return None if value is None else _dumps(value)
+
+
+def task_to_row(
+    task: Task,
+    *,
+    mutable_only: bool = False,
+    previous: tuple[Task, Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """The task as column values (JSON columns as text).
+
+    Args:
+        mutable_only: just :data:`MUTABLE_COLUMNS`, what an update writes.
+        previous: the task this one was derived from and its stored row: JSON columns
+            whose value is the very same object are not encoded again.
+    """
+    row: dict[str, Any] = {
         "status": task.status.value,
         "updated_at": task.updated_at,
         "status_message": task.status_message,
-        "input_requests": _dumps({k: r.to_json() for k, r in task.input_requests.items()}),
-        "input_responses": _dumps(dict(task.input_responses)),
-        "result": None if task.result is None else _dumps(task.result),
-        "error": None if task.error is None else _dumps(task.error),
         "attempt": task.attempt,
         "lease_owner": task.lease_owner,
         "lease_expires_at": task.lease_expires_at,
@@ -88,14 +108,11 @@ def _mutable_row(task: Task) -> dict[str, Any]:
         "closed_fence": task.closed_fence,
         "expires_at": task.expires_at,
     }
-
-
-def task_to_row(task: Task, *, mutable_only: bool = False) -> dict[str, Any]:
-    """The task as column values (JSON columns as text).
-
-    With ``mutable_only``, just :data:`MUTABLE_COLUMNS`: what an update writes.
-    """
-    row = _mutable_row(task)
+    for column in _JSON_COLUMNS:
+        if previous is not None and getattr(task, column) is getattr(previous[0], column):
+            row[column] = previous[1][column]
+        else:
+            row[column] = _encode_column(task, column)
     if not mutable_only:
         row.update(
             task_id=task.task_id,
@@ -109,20 +126,24 @@ def task_to_row(task: Task, *, mutable_only: bool = False) -> dict[str, Any]:
     return row
 
 
+def _loads(text: str) -> Any:
+    return {} if text == "{}" else json.loads(text)
+
+
 def task_from_row(row: Mapping[str, Any]) -> Task:
     """The inverse of :func:`task_to_row`."""
-    requests = json.loads(row["input_requests"])
+    requests = _loads(row["input_requests"])
     return Task(
         task_id=row["task_id"],
         status=Status(row["status"]),
         owner=row["owner"],
         name=row["name"],
-        arguments=json.loads(row["arguments"]),
+        arguments=_loads(row["arguments"]),
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         status_message=row["status_message"],
         input_requests={k: InputRequest(r["message"], r["schema"]) for k, r in requests.items()},
-        input_responses=json.loads(row["input_responses"]),
+        input_responses=_loads(row["input_responses"]),
         result=None if row["result"] is None else json.loads(row["result"]),
         error=None if row["error"] is None else json.loads(row["error"]),
         idempotency_key=row["idempotency_key"],

@@ -16,12 +16,12 @@ blocks the event loop. ``sqlite3`` errors become :mod:`keel.errors` here and now
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
-from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, TypeVar
@@ -47,6 +47,29 @@ DEFAULT_BUSY_TIMEOUT = 30.0  # seconds a writer waits for another process's lock
 CACHE_KIB = 64 * 1024  # page cache per connection, KiB
 
 
+_Op = tuple[Callable[[Any], Any], "asyncio.Future[Any] | None"]
+"""A queued write: its function, and the future its caller awaits."""
+_Outcome = tuple[bool, Any]
+"""(True, value) or (False, exception)."""
+
+
+def _unwrap(outcome: _Outcome) -> Any:
+    ok, value = outcome
+    if ok:
+        return value
+    raise value
+
+
+def _deliver(batch: Sequence[_Op], outcomes: Sequence[_Outcome]) -> None:
+    for (_, future), (ok, value) in zip(batch, outcomes, strict=True):
+        if future is None or future.done():
+            continue  # the caller gave up waiting; the write itself stands
+        if ok:
+            future.set_result(value)
+        else:
+            future.set_exception(value)
+
+
 class Synchronous(StrEnum):
     """How hard a commit is pushed to disk before it is acknowledged."""
 
@@ -59,10 +82,17 @@ class Synchronous(StrEnum):
 class _SqliteTx:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._c = conn
+        self.wrote = False
+        # The rows this transaction read, so that an update re-encodes only what changed.
+        self._read: dict[str, tuple[Task, sqlite3.Row]] = {}
 
     def _one(self, query: str, params: dict[str, Any]) -> Task | None:
         row = self._c.execute(_Q[query], params).fetchone()
-        return None if row is None else task_from_row(row)
+        if row is None:
+            return None
+        task = task_from_row(row)
+        self._read[task.task_id] = (task, row)
+        return task
 
     def _all(self, query: str, params: dict[str, Any]) -> list[Task]:
         return [task_from_row(r) for r in self._c.execute(_Q[query], params)]
@@ -74,16 +104,22 @@ class _SqliteTx:
         return self._one("get_task_by_key", {"owner": owner, "idempotency_key": key})
 
     def insert(self, task: Task) -> None:
+        self.wrote = True
         self._c.execute(_Q["insert_task"], task_to_row(task))
 
     def update(self, old: Task, new: Task) -> None:
-        params = task_to_row(new, mutable_only=True)
+        self.wrote = True
+        read = self._read.get(old.task_id)
+        params = task_to_row(
+            new, mutable_only=True, previous=read if read and read[0] is old else None
+        )
         params.update(task_id=old.task_id, old_status=old.status.value, old_fence=old.fence)
-        if self._c.execute(_Q["update_task"], params).fetchone() is None:
+        if self._c.execute(_Q["update_task"], params).rowcount != 1:
             # Cannot happen under BEGIN IMMEDIATE; if it does, refuse rather than guess.
             raise StoreError(f"task {old.task_id} changed under a write; nothing was written")
 
     def append(self, event: Event) -> None:
+        self.wrote = True
         self._c.execute(
             _Q["insert_event"],
             {
@@ -112,10 +148,12 @@ class _SqliteTx:
         return [r["task_id"] for r in rows]
 
     def delete(self, task_ids: Sequence[str]) -> None:
+        self.wrote = True
         if task_ids:
             self._c.execute(_Q["delete_tasks"], {"task_ids": json.dumps(list(task_ids))})
 
     def put_step(self, task_id: str, step: str, value_json: str, at: float) -> None:
+        self.wrote = True
         self._c.execute(
             _Q["put_step"],
             {"task_id": task_id, "name": step, "value": value_json, "created_at": at},
@@ -202,6 +240,10 @@ class SqliteStore(TxStore):
         self._busy_ms = int(busy_timeout * 1000)
         self._lock = threading.Lock()
         self._closed = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._queue: list[_Op] = []
+        self._flush_scheduled = False
+        self._flushing = False
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._conn = sqlite3.connect(
@@ -233,7 +275,9 @@ class SqliteStore(TxStore):
         c.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
 
     def _migrate(self) -> None:
-        with self._transaction(write=True) as c:
+        c = self._conn
+        self._begin(True)
+        try:
             c.execute(
                 "CREATE TABLE IF NOT EXISTS keel_schema ("
                 " version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL"
@@ -252,6 +296,10 @@ class SqliteStore(TxStore):
                     "INSERT INTO keel_schema (version, name, applied_at) VALUES (?, ?, ?)",
                     (migration.version, migration.name, time.time()),
                 )
+        except BaseException:
+            self._rollback()
+            raise
+        c.execute("COMMIT")
 
     @property
     def schema_version(self) -> int:
@@ -259,64 +307,174 @@ class SqliteStore(TxStore):
         with self._lock:
             return int(self._conn.execute("SELECT max(version) FROM keel_schema").fetchone()[0])
 
-    @contextmanager
-    def _transaction(self, *, write: bool, begun: bool = False) -> Iterator[sqlite3.Connection]:
-        c = self._conn
-        if not begun:
-            c.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-        try:
-            yield c
-        except BaseException:
-            c.execute("ROLLBACK")
-            raise
-        c.execute("COMMIT")
+    # --- execution -------------------------------------------------------------------
+    #
+    # Writes are committed in groups. A write queues its function and waits; the first
+    # write of a loop iteration schedules a flush, and the flush runs everything queued by
+    # then in ONE transaction, each write under its own SAVEPOINT so that one refused write
+    # rolls back alone. One commit (one fsync with synchronous=FULL) then acknowledges the
+    # whole group, and nobody is told "done" before that commit.
+    #
+    # The flush runs on the event loop thread when it need not wait: busy_timeout is 0
+    # there, so another process holding the write lock answers SQLITE_BUSY at once, and
+    # that group is handed to a worker thread that may wait (up to the busy timeout)
+    # without blocking the loop. Reads run inline in a deferred transaction, which WAL
+    # never makes wait on writers.
 
-    def _run_locked(self, fn: Callable[[Any], T], write: bool, *, begun: bool = False) -> T:
+    def _begin(self, write: bool) -> None:
+        self._conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+
+    def _rollback(self) -> None:
+        if self._conn.in_transaction:
+            self._conn.execute("ROLLBACK")
+
+    def _check_open(self) -> None:
         if self._closed:
             raise StoreError(f"store {self.path} is closed")
+
+    def _read_locked(self, fn: Callable[[Any], T], *, begun: bool) -> T:
         try:
-            with self._transaction(write=write, begun=begun) as c:
-                return fn(_SqliteTx(c))
+            if not begun:
+                self._begin(False)
+            try:
+                return fn(_SqliteTx(self._conn))
+            finally:
+                self._rollback()  # a read transaction has nothing to commit
         except sqlite3.Error as exc:
-            if self._conn.in_transaction:  # pragma: no cover - COMMIT itself failed
-                self._conn.execute("ROLLBACK")
             raise StoreError(_describe(exc, str(self.path))) from exc
 
-    def _run_waiting(self, fn: Callable[[Any], T], write: bool) -> T:
+    def _batch_locked(self, batch: Sequence[_Op], *, begun: bool) -> list[_Outcome]:
+        """Run a group of writes in one transaction and commit it; the lock is held.
+
+        A refused write raises before it writes anything (the rules are checked first),
+        so the others can commit beside it. Should a write fail after writing (a SQLite
+        error mid-way), the group is rolled back and every write retried on its own.
+        """
+        c = self._conn
+        outcomes: list[_Outcome] = []
+        try:
+            if not begun:
+                self._begin(True)
+            for fn, _ in batch:
+                tx = _SqliteTx(c)
+                try:
+                    outcomes.append((True, fn(tx)))
+                except Exception as exc:
+                    if tx.wrote or isinstance(exc, sqlite3.Error):
+                        self._rollback()
+                        if len(batch) == 1:
+                            return [(False, self._map(exc))]
+                        return [self._batch_locked([op], begun=False)[0] for op in batch]
+                    outcomes.append((False, exc))
+            c.execute("COMMIT")
+        except sqlite3.Error as exc:
+            # The transaction itself failed (I/O, disk full …): nothing of it is stored.
+            self._rollback()
+            failure = self._map(exc)
+            return [(False, failure if ok else value) for ok, value in outcomes] + [
+                (False, failure)
+            ] * (len(batch) - len(outcomes))
+        except BaseException:
+            self._rollback()
+            raise
+        return outcomes
+
+    def _map(self, exc: Exception) -> Exception:
+        if isinstance(exc, sqlite3.Error):
+            mapped = StoreError(_describe(exc, str(self.path)))
+            mapped.__cause__ = exc
+            return mapped
+        return exc
+
+    def _waiting(self, work: Callable[[], T]) -> T:
+        """Run ``work`` holding the lock, in a worker thread, allowed to wait for locks."""
         with self._lock:
-            # The connection normally never waits (busy_timeout 0, see _try_inline); here,
-            # in a worker thread, it may: up to the configured busy timeout.
+            self._check_open()
             self._conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
             try:
-                return self._run_locked(fn, write)
+                return work()
             finally:
                 self._conn.execute("PRAGMA busy_timeout = 0")
 
-    def _try_inline(self, fn: Callable[[Any], T], write: bool) -> tuple[bool, T | None]:
-        """Run on the caller's thread if nothing has to wait: no other caller in this
-        process, and no other process holding the write lock (busy_timeout is 0 here, so
-        a held lock answers SQLITE_BUSY at once instead of blocking the event loop)."""
-        if not self._lock.acquire(blocking=False):
-            return False, None
-        try:
-            if self._closed:
-                raise StoreError(f"store {self.path} is closed")
-            try:
-                self._conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-            except sqlite3.OperationalError:
-                return False, None  # another process is writing: wait in a thread instead
-            return True, self._run_locked(fn, write, begun=True)
-        finally:
-            self._lock.release()
-
     async def _run(self, fn: Callable[[Any], T], *, write: bool) -> T:
-        # Most operations take well under a millisecond, far less than a thread hop costs,
-        # so they run inline. Anything that would wait (another process's write lock, or
-        # another caller of this store) waits in a worker thread instead, never on the loop.
-        done, value = self._try_inline(fn, write)
-        if done:
-            return value  # type: ignore[return-value]  # set whenever done is True
-        return await anyio.to_thread.run_sync(self._run_waiting, fn, write)
+        if not write:
+            return await self._read(fn)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # pragma: no cover - not on asyncio (e.g. trio)
+            loop = None
+        if loop is None or (self._loop is not None and loop is not self._loop):
+            # Group commit serves one event loop; others get a transaction each.
+            return await anyio.to_thread.run_sync(
+                lambda: _unwrap(
+                    self._waiting(lambda: self._batch_locked([(fn, None)], begun=False))[0]
+                )
+            )
+        self._check_open()
+        self._loop = loop
+        future: asyncio.Future[Any] = loop.create_future()
+        self._queue.append((fn, future))
+        if not self._flush_scheduled and not self._flushing:
+            self._flush_scheduled = True
+            loop.call_soon(self._flush)
+        return await future  # type: ignore[no-any-return]
+
+    async def _read(self, fn: Callable[[Any], T]) -> T:
+        if self._lock.acquire(blocking=False):
+            try:
+                self._check_open()
+                try:
+                    self._begin(False)
+                except sqlite3.OperationalError:
+                    pass  # e.g. WAL recovery in another process: wait in a thread below
+                else:
+                    return self._read_locked(fn, begun=True)
+            finally:
+                self._lock.release()
+        return await anyio.to_thread.run_sync(
+            lambda: self._waiting(lambda: self._read_locked(fn, begun=False))
+        )
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        batch = [(fn, f) for fn, f in self._queue if f is None or not f.cancelled()]
+        self._queue = []
+        if not batch:
+            return
+        if self._lock.acquire(blocking=False):
+            try:
+                if self._closed:
+                    _deliver(
+                        batch, [(False, StoreError(f"store {self.path} is closed"))] * len(batch)
+                    )
+                    return
+                try:
+                    self._begin(True)
+                except sqlite3.OperationalError:
+                    pass  # another process holds the write lock: wait in a thread
+                else:
+                    _deliver(batch, self._batch_locked(batch, begun=True))
+                    return
+            finally:
+                self._lock.release()
+        self._flushing = True
+        assert self._loop is not None
+        self._loop.run_in_executor(None, self._flush_waiting, batch)
+
+    def _flush_waiting(self, batch: list[_Op]) -> None:
+        try:
+            outcomes = self._waiting(lambda: self._batch_locked(batch, begun=False))
+        except Exception as exc:
+            outcomes = [(False, exc)] * len(batch)
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(self._flushed, batch, outcomes)
+
+    def _flushed(self, batch: list[_Op], outcomes: list[_Outcome]) -> None:
+        _deliver(batch, outcomes)
+        self._flushing = False
+        if self._queue and not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._flush()
 
     def integrity_check(self) -> str:
         """``PRAGMA integrity_check``: ``"ok"`` for a sound file."""
@@ -324,6 +482,9 @@ class SqliteStore(TxStore):
             return str(self._conn.execute("PRAGMA integrity_check").fetchone()[0])
 
     async def close(self) -> None:
+        # Let queued writes commit first: a caller awaiting one must get its answer.
+        while self._queue or self._flushing or self._flush_scheduled:
+            await asyncio.sleep(0.001)
         self.close_sync()
 
     def close_sync(self) -> None:

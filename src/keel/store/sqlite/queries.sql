@@ -26,8 +26,7 @@ UPDATE tasks SET
     error = :error, attempt = :attempt, lease_owner = :lease_owner,
     lease_expires_at = :lease_expires_at, fence = :fence, ready_at = :ready_at, ttl = :ttl,
     closed_fence = :closed_fence, expires_at = :expires_at
-WHERE task_id = :task_id AND status = :old_status AND fence = :old_fence
-RETURNING task_id;
+WHERE task_id = :task_id AND status = :old_status AND fence = :old_fence;
 
 -- name: insert_event
 INSERT INTO task_events (task_id, at, from_status, to_status, reason, actor)
