@@ -9,13 +9,14 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import click
-from rich import box
-from rich.console import Console
-from rich.table import Table
 
 from keel.model import Event, JsonObject, JsonValue, Reclaimed, Status, Task
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 __all__ = [
     "dump_json",
@@ -149,6 +150,10 @@ def task_table(tasks: Sequence[Task], *, terminal: bool) -> str | Table:
     wrapping; the status message is last-but-one and may contain spaces.
     """
     if terminal:
+        # rich is imported only here: piped output and `keel --help` never need it.
+        from rich import box
+        from rich.table import Table
+
         table = Table(box=box.SIMPLE_HEAD, header_style="bold")
         for column in _COLUMNS:
             table.add_column(column, overflow="fold", no_wrap=column in {"ID", "UPDATED"})
@@ -166,6 +171,8 @@ def task_table(tasks: Sequence[Task], *, terminal: bool) -> str | Table:
 
 def print_table(tasks: Sequence[Task]) -> None:
     """Print :func:`task_table` to stdout, choosing the form by whether it is a terminal."""
+    from rich.console import Console
+
     console = Console(highlight=False)
     rendered = task_table(tasks, terminal=console.is_terminal)
     if isinstance(rendered, str):

@@ -86,13 +86,14 @@ def task_to_row(
     task: Task,
     *,
     mutable_only: bool = False,
-    previous: tuple[Task, Mapping[str, Any]] | None = None,
+    previous: tuple[Task, Any] | None = None,
 ) -> dict[str, Any]:
     """The task as column values (JSON columns as text).
 
     Args:
         mutable_only: just :data:`MUTABLE_COLUMNS`, what an update writes.
-        previous: the task this one was derived from and its stored row: JSON columns
+        previous: the task this one was derived from and its stored row (any mapping of
+            column names, such as ``sqlite3.Row``): JSON columns
             whose value is the very same object are not encoded again.
     """
     row: dict[str, Any] = {

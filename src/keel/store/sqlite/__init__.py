@@ -244,6 +244,7 @@ class SqliteStore(TxStore):
         self._queue: list[_Op] = []
         self._flush_scheduled = False
         self._flushing = False
+        self._inflight: set[asyncio.Future[Any]] = set()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._conn = sqlite3.connect(
@@ -284,11 +285,7 @@ class SqliteStore(TxStore):
                 ") STRICT"
             )
             current = c.execute("SELECT coalesce(max(version), 0) FROM keel_schema").fetchone()[0]
-            if current > SCHEMA_VERSION:
-                raise StoreError(
-                    f"store {self.path} has schema version {current}, newer than this Keel "
-                    f"supports ({SCHEMA_VERSION}); upgrade keel-tasks"
-                )
+            _check_version(self.path, current)
             for migration in _MIGRATIONS[current:]:
                 for statement in _statements(migration.sql):
                     c.execute(statement)
@@ -414,6 +411,8 @@ class SqliteStore(TxStore):
         self._loop = loop
         future: asyncio.Future[Any] = loop.create_future()
         self._queue.append((fn, future))
+        self._inflight.add(future)
+        future.add_done_callback(self._inflight.discard)
         if not self._flush_scheduled and not self._flushing:
             self._flush_scheduled = True
             loop.call_soon(self._flush)
@@ -483,8 +482,8 @@ class SqliteStore(TxStore):
 
     async def close(self) -> None:
         # Let queued writes commit first: a caller awaiting one must get its answer.
-        while self._queue or self._flushing or self._flush_scheduled:
-            await asyncio.sleep(0.001)
+        if self._inflight:
+            await asyncio.wait(list(self._inflight))
         self.close_sync()
 
     def close_sync(self) -> None:
@@ -493,6 +492,14 @@ class SqliteStore(TxStore):
             if not self._closed:
                 self._closed = True
                 self._conn.close()
+
+
+def _check_version(path: Path, current: int) -> None:
+    if current > SCHEMA_VERSION:
+        raise StoreError(
+            f"store {path} has schema version {current}, newer than this Keel "
+            f"supports ({SCHEMA_VERSION}); upgrade keel-tasks"
+        )
 
 
 def _statements(script: str) -> Iterator[str]:
