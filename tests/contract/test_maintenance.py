@@ -204,15 +204,18 @@ async def test_list_is_in_creation_order(store, clock):
     assert list(await store.list()) == tasks
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: list() orders by (created_at, task_id), so tasks created within one clock "
-    "tick come back in random-id order, not creation order",
-)
 async def test_list_is_in_creation_order_within_one_clock_tick(store):
     """Tasks created at the same clock reading still list in creation order."""
     ids = [(await store.create()).task_id for _ in range(10)]
     assert [t.task_id for t in await store.list()] == ids
+    assert [t.task_id for t in await store.list(limit=3, after=ids[4])] == ids[5:8]
+
+
+async def test_claim_is_in_creation_order_within_one_clock_tick(store):
+    """Tasks ready at the same instant are claimed in the order they were created."""
+    ids = [(await store.create(name=JOB)).task_id for _ in range(10)]
+    got = await store.claim([JOB], worker=WORKER, lease_seconds=LEASE, limit=10)
+    assert [t.task_id for t in got] == ids
 
 
 async def test_list_pages_with_after(store, clock):
