@@ -29,6 +29,8 @@ class _Data:
         self.live: set[str] = set()
         self.events: dict[str, list[Event]] = {}
         self.steps: dict[str, dict[str, str]] = {}
+        self.seq = 0
+        """Numbers rows in the order they were stored, as SQLite's rowid."""
 
 
 class _MemoryTx:
@@ -50,7 +52,8 @@ class _MemoryTx:
         d = self._d
         if task.task_id in d.rows:  # pragma: no cover - ids are 128 random bits
             raise StoreError(f"task id {task.task_id} already exists")
-        d.rows[task.task_id] = task_to_row(task)
+        d.seq += 1
+        d.rows[task.task_id] = {**task_to_row(task), "rowid": d.seq}
         d.events[task.task_id] = []
         d.steps[task.task_id] = {}
         if not task.status.terminal:
@@ -102,7 +105,7 @@ class _MemoryTx:
             and r["ready_at"] <= now
             and r["name"] in names
         ]
-        rows.sort(key=lambda r: (r["ready_at"], r["created_at"], r["task_id"]))
+        rows.sort(key=lambda r: (r["ready_at"], r["rowid"]))
         return [task_from_row(r) for r in rows[:limit]]
 
     def expired(self, now: float, limit: int) -> list[Task]:
@@ -160,16 +163,12 @@ class _MemoryTx:
     def page(
         self, status: Status | None, owner: str | None, limit: int, after: str | None
     ) -> list[Task]:
-        rows = sorted(self._d.rows.values(), key=lambda r: (r["created_at"], r["task_id"]))
+        rows = sorted(self._d.rows.values(), key=lambda r: r["rowid"])
         if after is not None:
             mark = self._d.rows.get(after)
             if mark is None:
                 return []
-            rows = [
-                r
-                for r in rows
-                if (r["created_at"], r["task_id"]) > (mark["created_at"], mark["task_id"])
-            ]
+            rows = [r for r in rows if r["rowid"] > mark["rowid"]]
         rows = [
             r
             for r in rows

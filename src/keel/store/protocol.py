@@ -75,7 +75,8 @@ class Store(Protocol):
         limit: int = 100,
         after: str | None = None,
     ) -> Sequence[Task]:
-        """Tasks in creation order, oldest first; ``after`` is the last task id of a page."""
+        """Tasks in the order they were stored, oldest first; ``after`` is the last task id
+        of the previous page (an unknown ``after`` gives an empty page)."""
         ...
 
     async def history(self, task_id: str) -> Sequence[Event]:
@@ -168,7 +169,8 @@ class Store(Protocol):
     async def claim(
         self, names: Collection[str], *, worker: str, lease_seconds: float, limit: int = 1
     ) -> Sequence[Task]:
-        """Lease up to ``limit`` ready ``working`` tasks with one of ``names``, oldest first.
+        """Lease up to ``limit`` ready ``working`` tasks with one of ``names``: earliest
+        ``ready_at`` first, then in the order they were stored.
 
         Each claim bumps the task's fencing token; the returned tasks carry it.
         """

@@ -400,15 +400,16 @@ class SqliteStore(TxStore):
             loop = asyncio.get_running_loop()
         except RuntimeError:  # pragma: no cover - not on asyncio (e.g. trio)
             loop = None
-        if loop is None or (self._loop is not None and loop is not self._loop):
-            # Group commit serves one event loop; others get a transaction each.
+        if loop is not self._loop and not self._inflight and not self._flushing:
+            self._loop = loop  # nothing queued on the old loop (if any): move to this one
+        if loop is None or loop is not self._loop:
+            # Group commit serves one event loop at a time; others get a transaction each.
             return await anyio.to_thread.run_sync(
                 lambda: _unwrap(
                     self._waiting(lambda: self._batch_locked([(fn, None)], begun=False))[0]
                 )
             )
         self._check_open()
-        self._loop = loop
         future: asyncio.Future[Any] = loop.create_future()
         self._queue.append((fn, future))
         self._inflight.add(future)

@@ -36,7 +36,7 @@ VALUES (:task_id, :at, :from_status, :to_status, :reason, :actor);
 SELECT * FROM tasks
 WHERE status = 'working' AND lease_owner IS NULL AND ready_at <= :now
   AND name IN (SELECT value FROM json_each(:names))
-ORDER BY ready_at, created_at, task_id
+ORDER BY ready_at, rowid
 LIMIT :limit;
 
 -- name: expired_leases
@@ -76,7 +76,6 @@ SELECT * FROM task_events WHERE task_id = :task_id ORDER BY id;
 SELECT * FROM tasks
 WHERE (:status IS NULL OR status = :status)
   AND (:owner IS NULL OR owner = :owner)
-  AND (:after IS NULL OR (created_at, task_id) >
-       (SELECT created_at, task_id FROM tasks WHERE task_id = :after))
-ORDER BY created_at, task_id
+  AND (:after IS NULL OR rowid > (SELECT rowid FROM tasks WHERE task_id = :after))
+ORDER BY rowid
 LIMIT :limit;

@@ -2,6 +2,7 @@
 -- The database enforces what it can: status values, lease shape, one task per
 -- (owner, idempotency key).
 
+-- The implicit rowid numbers tasks in the order they were stored: listing follows it.
 CREATE TABLE tasks (
     task_id          TEXT PRIMARY KEY,
     status           TEXT NOT NULL CHECK (status IN
@@ -44,9 +45,6 @@ CREATE INDEX tasks_leased ON tasks (lease_expires_at) WHERE lease_owner IS NOT N
 -- purge: finished tasks by expiry.
 CREATE INDEX tasks_expiry ON tasks (expires_at)
     WHERE expires_at IS NOT NULL AND status IN ('completed', 'failed', 'cancelled');
-
--- Listing in creation order.
-CREATE INDEX tasks_created ON tasks (created_at, task_id);
 
 CREATE TABLE task_events (
     id          INTEGER PRIMARY KEY,
