@@ -9,20 +9,15 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
 
 import click
 
 from keel.model import Event, JsonObject, JsonValue, Reclaimed, Status, Task
 
-if TYPE_CHECKING:
-    from rich.table import Table
-
 __all__ = [
     "dump_json",
     "event_to_json",
     "format_time",
-    "print_table",
     "reclaimed_to_json",
     "show_lines",
     "status_text",
@@ -132,53 +127,44 @@ def status_text(status: Status) -> str:
 _COLUMNS = ("ID", "STATUS", "NAME", "STATUS MESSAGE", "ATTEMPT", "UPDATED")
 
 
+_MESSAGE_CHARS = 48  # the table clips status messages; show and --json have them whole
+
+
+def _clip(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def _row(task: Task) -> tuple[str, ...]:
     return (
         task.task_id,
         task.status.value,
         task.name or "-",
-        task.status_message or "",
+        _clip(task.status_message or "", _MESSAGE_CHARS),
         f"{task.attempt}/{task.max_attempts}",
         format_time(task.updated_at),
     )
 
 
-def task_table(tasks: Sequence[Task], *, terminal: bool) -> str | Table:
-    """The task list: a rich table for a terminal, aligned plain columns otherwise.
+def task_table(tasks: Sequence[Task]) -> str:
+    """The task list as aligned columns, like ``kubectl get``: one line per task.
 
-    Plain columns are for pipes (``grep``, ``awk``): no box characters, no colour, no
-    wrapping; the status message is last-but-one and may contain spaces.
+    The same layout on a terminal and in a pipe (``grep``, ``awk``): no box drawing, no
+    wrapping (a line longer than the terminal wraps as the terminal wraps it). The status
+    is coloured; :func:`click.echo` drops the colour when stdout is not a terminal.
     """
-    if terminal:
-        # rich is imported only here: piped output and `keel --help` never need it.
-        from rich import box
-        from rich.table import Table
-
-        table = Table(box=box.SIMPLE_HEAD, header_style="bold")
-        for column in _COLUMNS:
-            table.add_column(column, overflow="fold", no_wrap=column in {"ID", "UPDATED"})
-        for task in tasks:
-            cells = list(_row(task))
-            cells[1] = f"[{_STATUS_COLOURS[task.status]}]{cells[1]}[/]"
-            table.add_row(*cells)
-        return table
     rows = [_COLUMNS, *(_row(t) for t in tasks)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(_COLUMNS))]
-    return "\n".join(
-        "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows
-    )
-
-
-def print_table(tasks: Sequence[Task]) -> None:
-    """Print :func:`task_table` to stdout, choosing the form by whether it is a terminal."""
-    from rich.console import Console
-
-    console = Console(highlight=False)
-    rendered = task_table(tasks, terminal=console.is_terminal)
-    if isinstance(rendered, str):
-        click.echo(rendered)
-    else:
-        console.print(rendered)
+    lines = []
+    for index, row in enumerate(rows):
+        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=True)]
+        cells[-1] = row[-1]  # no trailing padding
+        if index == 0:
+            cells = [click.style(c, bold=True) for c in cells]
+        else:
+            cells[1] = click.style(cells[1], fg=_STATUS_COLOURS[tasks[index - 1].status])
+        lines.append("  ".join(cells))
+    return "\n".join(lines)
 
 
 def show_lines(task: Task, history: Sequence[Event]) -> list[str]:

@@ -15,10 +15,10 @@ import click
 from keel.cli.common import KeelCliError, chosen_location, run_with_store, store_option
 from keel.cli.render import (
     dump_json,
-    print_table,
     reclaimed_to_json,
     show_lines,
     status_text,
+    task_table,
     task_to_json,
 )
 from keel.errors import InvalidTransition
@@ -93,7 +93,7 @@ def list_tasks(ctx: click.Context, status: str | None, as_json: bool, limit: int
     elif not found:
         click.echo("no tasks" if wanted is None else f"no {wanted.value} tasks")
     else:
-        print_table(found)
+        click.echo(task_table(found))
     if more:
         click.echo(f"keel: note: showing the first {limit} tasks; use --limit for more", err=True)
 
