@@ -4,23 +4,26 @@ The store never loses a task: tasks, what they wait for, and their outcomes are 
 to SQLite (by default) or PostgreSQL before anyone is told about them.
 """
 
-from keel.errors import (
-    ConfigurationError,
-    IdempotencyConflict,
-    ImportFailed,
-    InputRejected,
-    InvalidPayload,
-    InvalidTransition,
-    KeelError,
-    LeaseLost,
-    PayloadTooLarge,
-    StoreError,
-    TaskAlreadyTerminal,
-    TaskNotFound,
-)
-from keel.facade import TaskSnapshot, TaskStore
-from keel.model import Event, InputRequest, Reclaimed, Status, Task
-from keel.store import Store, open_store
+import typing as _typing
+
+if _typing.TYPE_CHECKING:
+    from keel.errors import (
+        ConfigurationError,
+        IdempotencyConflict,
+        ImportFailed,
+        InputRejected,
+        InvalidPayload,
+        InvalidTransition,
+        KeelError,
+        LeaseLost,
+        PayloadTooLarge,
+        StoreError,
+        TaskAlreadyTerminal,
+        TaskNotFound,
+    )
+    from keel.facade import TaskSnapshot, TaskStore
+    from keel.model import Event, InputRequest, Reclaimed, Status, Task
+    from keel.store import Store, open_store
 
 __version__ = "0.1.0"
 
@@ -47,3 +50,46 @@ __all__ = [
     "TaskStore",
     "open_store",
 ]
+
+
+# Names load on first use (PEP 562), so that `keel --help` and every short CLI command do
+# not pay for importing the whole library.
+_HOMES = {
+    **dict.fromkeys(
+        [
+            "ConfigurationError",
+            "IdempotencyConflict",
+            "ImportFailed",
+            "InputRejected",
+            "InvalidPayload",
+            "InvalidTransition",
+            "KeelError",
+            "LeaseLost",
+            "PayloadTooLarge",
+            "StoreError",
+            "TaskAlreadyTerminal",
+            "TaskNotFound",
+        ],
+        "keel.errors",
+    ),
+    "TaskSnapshot": "keel.facade",
+    "TaskStore": "keel.facade",
+    **dict.fromkeys(["Event", "InputRequest", "Reclaimed", "Status", "Task"], "keel.model"),
+    "Store": "keel.store",
+    "open_store": "keel.store",
+}
+
+
+def __getattr__(name: str) -> _typing.Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'keel' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_HOMES])

@@ -35,6 +35,7 @@ from keel.model import (
     Status,
     Task,
 )
+from keel.model.validation import describe_schema
 from keel.store import Clock, TxStore, open_store, parse_location, resolve_location
 
 __all__ = ["TaskSnapshot", "TaskStore"]
@@ -148,7 +149,7 @@ class TaskStore:
         """
         requests = None
         if input_schema is not None:
-            text = message or _describe_schema(input_schema)
+            text = message or describe_schema(input_schema)
             requests = {DEFAULT_INPUT_KEY: InputRequest(text, dict(input_schema))}
         task = self._call(
             self._store.create(
@@ -256,13 +257,3 @@ class TaskStore:
         self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
-
-
-def _describe_schema(schema: Mapping[str, Any]) -> str:
-    description = schema.get("description")
-    if isinstance(description, str) and description:
-        return description
-    required = schema.get("required")
-    if isinstance(required, list) and required:
-        return "input required: " + ", ".join(str(r) for r in required)
-    return "input required"

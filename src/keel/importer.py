@@ -36,7 +36,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -53,7 +53,7 @@ from keel.model import (
     Status,
     Task,
 )
-from keel.model.validation import check_key, check_schema, normalize
+from keel.model.validation import check_key, check_schema, describe_schema, normalize
 from keel.store import Store
 
 __all__ = [
@@ -224,7 +224,12 @@ async def import_file(
     """
     report = read_teaching_file(path, now=now, limits=limits)
     try:
-        await store.import_tasks(report.tasks, actor=actor)
+        reasons = {
+            t.task_id: f"imported; {_FAILED_NOTE}"
+            for t in report.tasks
+            if t.status is Status.FAILED and t.error == FAILED_BEFORE_IMPORT
+        }
+        await store.import_tasks(report.tasks, actor=actor, reasons=reasons)
     except ImportFailed as exc:
         # The store names itself as the source; the user needs to know which file it was.
         raise ImportFailed(report.source, exc.problems) from exc
@@ -265,7 +270,7 @@ class _TeachingTask:
         requests: dict[str, InputRequest] = {}
         responses: dict[str, JsonValue] = {}
         if schema is not None:
-            requests[DEFAULT_INPUT_KEY] = InputRequest(_describe_schema(schema), schema)
+            requests[DEFAULT_INPUT_KEY] = InputRequest(describe_schema(schema), schema)
             if answer is not None:
                 responses[DEFAULT_INPUT_KEY] = answer
         message: str | None = None
@@ -396,17 +401,6 @@ class _TeachingTask:
             self.problem(f"{name} {raw!r} is not a time after 1970")
             return None
         return seconds
-
-
-def _describe_schema(schema: Mapping[str, Any]) -> str:
-    # The same message the facade gives a task it creates with this schema.
-    description = schema.get("description")
-    if isinstance(description, str) and description:
-        return description
-    required = schema.get("required")
-    if isinstance(required, list) and required:
-        return "input required: " + ", ".join(str(r) for r in required)
-    return "input required"
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]], found: list[str]) -> dict[str, Any]:

@@ -7,19 +7,23 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
-
-import jsonschema
-from jsonschema import Draft202012Validator
+from typing import TYPE_CHECKING, Any
 
 from keel.errors import InputRejected, InvalidPayload, PayloadTooLarge
 from keel.model.task import JsonObject, JsonValue
+
+if TYPE_CHECKING:
+    from jsonschema import Draft202012Validator
+
+# jsonschema is imported on first use, not here: it takes a third of a second to import,
+# and most commands (`keel tasks list`, `keel --help`) never validate anything.
 
 __all__ = [
     "Limits",
     "canonical",
     "check_key",
     "check_schema",
+    "describe_schema",
     "encode",
     "normalize",
     "validate_input",
@@ -125,7 +129,7 @@ def check_schema(schema: object, what: str) -> JsonObject:
         raise InvalidPayload(f"{what} must be a JSON Schema object, not {type(schema).__name__}")
     try:
         _validator(canonical(schema))
-    except jsonschema.SchemaError as exc:
+    except _jsonschema().SchemaError as exc:
         raise InvalidPayload(f"{what} is not a valid JSON Schema: {exc.message}") from exc
     return dict(schema)
 
@@ -139,7 +143,7 @@ def validate_input(task_id: str, key: str, schema: JsonObject, value: JsonValue)
     validator = _validator(canonical(schema))
     if validator.is_valid(value):
         return
-    error = jsonschema.exceptions.best_match(validator.iter_errors(value))
+    error = _jsonschema().exceptions.best_match(validator.iter_errors(value))
     if error is None:  # pragma: no cover - is_valid said otherwise
         return
     path = "/".join(str(part) for part in error.absolute_path)
@@ -152,9 +156,29 @@ def validate_input(task_id: str, key: str, schema: JsonObject, value: JsonValue)
 
 @functools.lru_cache(maxsize=256)
 def _validator(schema_text: str) -> Draft202012Validator:
+    validator_class = _jsonschema().Draft202012Validator
     schema: Any = json.loads(schema_text)
-    Draft202012Validator.check_schema(schema)
-    return Draft202012Validator(schema)
+    validator_class.check_schema(schema)
+    validator: Draft202012Validator = validator_class(schema)
+    return validator
+
+
+def _jsonschema() -> Any:
+    import jsonschema
+
+    return jsonschema
+
+
+def describe_schema(schema: Mapping[str, Any]) -> str:
+    """A human question for a schema that came without a message: its ``description``,
+    else the fields it requires."""
+    description = schema.get("description")
+    if isinstance(description, str) and description:
+        return description
+    required = schema.get("required")
+    if isinstance(required, list) and required:
+        return "input required: " + ", ".join(str(r) for r in required)
+    return "input required"
 
 
 def check_seconds(value: object, what: str, *, allow_zero: bool = True) -> float:

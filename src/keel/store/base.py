@@ -448,7 +448,13 @@ class TxStore:
 
         return await self._run(op, write=True)
 
-    async def import_tasks(self, tasks: Sequence[Task], *, actor: str = "import") -> None:
+    async def import_tasks(
+        self,
+        tasks: Sequence[Task],
+        *,
+        actor: str = "import",
+        reasons: Mapping[str, str] | None = None,
+    ) -> None:
         def op(tx: Tx) -> None:
             now = self._now()
             problems = []
@@ -466,6 +472,7 @@ class TxStore:
                 raise ImportFailed("the store", problems)
             for task in tasks:
                 tx.insert(task)
-                tx.append(Event(task.task_id, now, None, task.status, "imported", actor))
+                why = (reasons or {}).get(task.task_id, "imported")
+                tx.append(Event(task.task_id, now, None, task.status, why, actor))
 
         await self._run(op, write=True)

@@ -242,8 +242,17 @@ class Store(Protocol):
         their ids. Tasks that still live are never deleted, whatever their TTL."""
         ...
 
-    async def import_tasks(self, tasks: Sequence[Task], *, actor: str = "import") -> None:
+    async def import_tasks(
+        self,
+        tasks: Sequence[Task],
+        *,
+        actor: str = "import",
+        reasons: Mapping[str, str] | None = None,
+    ) -> None:
         """Insert whole tasks as they are (migration from another store), all or none.
+
+        Each gets one history entry, "imported" or the reason given for its id in
+        ``reasons``.
 
         Raises:
             ImportFailed: a task id or idempotency key is already taken.
