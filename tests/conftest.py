@@ -13,27 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from contract.support import FakeClock
 from keel.model import Limits
 from keel.store import MemoryStore, SqliteStore, Store
 
-START = 1_700_000_000.0  # seconds since the epoch: an ordinary, recent instant
-
-
-class FakeClock:
-    """A clock that only moves when told to: ``clock()`` is seconds since the epoch."""
-
-    def __init__(self, start: float = START) -> None:
-        self.now = float(start)
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> float:
-        """Move the clock forward by ``seconds`` and return the new time."""
-        if seconds < 0:
-            raise ValueError("a clock does not go backwards")
-        self.now += seconds
-        return self.now
+__all__ = ["ADAPTERS", "Adapter", "FakeClock"]
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Helpers shared by the contract suite: schemas, errors, and "store unchanged" checks."""
+"""Helpers shared by the tests: the fake clock, schemas, errors, "store unchanged" checks."""
 
 from __future__ import annotations
 
@@ -11,6 +11,26 @@ from keel.model import Event, InputRequest, JsonValue, Task
 from keel.store import Store
 
 E = TypeVar("E", bound=BaseException)
+
+START = 1_700_000_000.0  # seconds since the epoch: an ordinary, recent instant
+
+
+class FakeClock:
+    """A clock that only moves when told to: ``clock()`` is seconds since the epoch."""
+
+    def __init__(self, start: float = START) -> None:
+        self.now = float(start)
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> float:
+        """Move the clock forward by ``seconds`` and return the new time."""
+        if seconds < 0:
+            raise ValueError("a clock does not go backwards")
+        self.now += seconds
+        return self.now
+
 
 SERVICE_SCHEMA: dict[str, Any] = {
     "type": "object",

