@@ -160,15 +160,6 @@ def test_racing_processes_complete_each_task_exactly_once(
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: SqliteStore() on a new file fails at once (~1 ms, busy_timeout ignored) with "
-        "StoreError 'database is locked' while another process holds the file's write "
-        "lock: PRAGMA journal_mode = WAL gets SQLITE_BUSY without the busy handler. Two "
-        "processes opening a new store together (serve + worker) hit it at random."
-    ),
-)
 def test_opening_a_new_store_waits_while_another_process_holds_its_lock(
     tmp_path: Path, spawn: Spawner
 ) -> None:

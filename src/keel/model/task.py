@@ -100,6 +100,9 @@ class Task:
     """Seconds from ``created_at`` after which a finished task may be purged; None: kept."""
     closed_fence: int | None = None
     """The fence of the write that ended the task (None for an unleased write)."""
+    request_digest: str = ""
+    """SHA-256 of what created the task (name, arguments, initial input requests): a
+    create that repeats the task's idempotency key must repeat this too."""
 
     @property
     def pending_input(self) -> dict[str, InputRequest]:

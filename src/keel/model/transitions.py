@@ -12,6 +12,7 @@ returns a :class:`Change`.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -199,28 +200,34 @@ def new_task(
         ready_at=now,
         ttl=ttl,
         status_message=_first_message(requests),
+        request_digest=request_digest(name, args, requests),
     )
     why = f"created; waiting for input {_keys(requests)}" if requests else "created"
     return Change(task, _event(None, task, now, why, actor))
 
 
+def request_digest(
+    name: str | None, arguments: JsonObject, input_requests: Mapping[str, InputRequest]
+) -> str:
+    """The fingerprint of a create request (see :attr:`Task.request_digest`)."""
+    requests = {k: r.to_json() for k, r in input_requests.items()}
+    text = canonical({"name": name, "arguments": arguments, "input_requests": requests})
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 def same_request(existing: Task, candidate: Task) -> str | None:
-    """Why a create with an already-bound idempotency key conflicts, or None if it repeats."""
+    """Why a create with an already-bound idempotency key conflicts, or None if it repeats.
+
+    It compares the fingerprints of the two create requests, so requests the task made
+    after it was created (a handler asking for input) do not count.
+    """
+    if existing.request_digest == candidate.request_digest:
+        return None
     if existing.name != candidate.name:
         return "task name"
     if canonical(existing.arguments) != canonical(candidate.arguments):
         return "arguments"
-    initial = {k: r.to_json() for k, r in candidate.input_requests.items()}
-    # Facade tasks never gain requests after creation, so all of theirs were initial; a
-    # handler's task may have asked for more since, which a repeat cannot know about.
-    stored = {
-        k: r.to_json()
-        for k, r in existing.input_requests.items()
-        if existing.name is None or k in initial
-    }
-    if canonical(stored) != canonical(initial):
-        return "input requests"
-    return None
+    return "input requests"
 
 
 def _check_requests(
@@ -443,7 +450,14 @@ def fail(
     )
 
 
-def cancel(task: Task, now: float, *, reason: str | None, actor: str) -> Change:
+def cancel(
+    task: Task,
+    now: float,
+    *,
+    reason: str | None,
+    actor: str,
+    limits: Limits = DEFAULT_LIMITS,
+) -> Change:
     """Non-terminal -> ``cancelled``, running or not. Cancelling a cancelled task repeats.
 
     The lease is dropped with it, so anything the running attempt writes afterwards is
@@ -451,7 +465,10 @@ def cancel(task: Task, now: float, *, reason: str | None, actor: str) -> Change:
 
     Raises:
         TaskAlreadyTerminal: the task completed or failed first.
+        InvalidPayload: a reason that is not a string or is over the message limit.
     """
+    if reason is not None:
+        check_message(reason, "cancel reason", limits)
     if task.status.terminal:
         if task.status is X:
             return _unchanged(task)
@@ -550,6 +567,12 @@ def retry(
     """
     checked = check_error(error)
     _, checked = normalize(checked, "error", limits.max_result_bytes)
+    if (
+        task.status is F
+        and task.closed_fence == fence
+        and canonical(task.error) == canonical(_dead_letter(checked, task.attempt))
+    ):
+        return _unchanged(task)  # the retry that dead-lettered it, repeated
     _check_writer(task, fence, "retry it")
     delay = check_seconds(delay_seconds, "retry delay")
     return _end_attempt(
@@ -580,6 +603,10 @@ def recover(task: Task, now: float) -> Change:
     return _end_attempt(task, now, error, message, actor="recovery", delay=0.0, fence=None)
 
 
+def _dead_letter(error: JsonObject, attempts: int) -> JsonObject:
+    return {**error, "message": f"dead letter after {attempts} attempt(s): {error['message']}"}
+
+
 def _end_attempt(
     task: Task,
     now: float,
@@ -591,10 +618,7 @@ def _end_attempt(
     fence: int | None,
 ) -> Change:
     if task.attempt >= task.max_attempts:
-        dead = {
-            **error,
-            "message": f"dead letter after {task.attempt} attempt(s): {error['message']}",
-        }
+        dead = _dead_letter(error, task.attempt)
         return _move(
             task,
             now,
@@ -643,3 +667,72 @@ def reclaim(task: Task, now: float, *, timeout_seconds: float) -> tuple[Change, 
         closed_fence=None,
     )
     return change, Reclaimed(task.task_id, task.status, idle, reason)
+
+
+# --- import ----------------------------------------------------------------------------
+
+
+def check_imported(task: Task, limits: Limits = DEFAULT_LIMITS) -> Task:
+    """Check a whole task brought from elsewhere, and return it as the store keeps it.
+
+    Raises:
+        InvalidPayload: a payload that is not JSON or over its limit, or a task that could
+            not exist (a finished task holding a lease, a failure without an error …).
+    """
+    check_key(task.task_id, "task id", limits)
+    if not isinstance(task.status, Status):
+        raise InvalidPayload(f"status must be a Status, not {task.status!r}")
+    if task.name is not None:
+        check_key(task.name, "task name", limits)
+    if task.owner != "":
+        check_key(task.owner, "owner", limits)
+    if task.idempotency_key is not None:
+        check_key(task.idempotency_key, "idempotency key", limits)
+    if not isinstance(task.arguments, Mapping):
+        raise InvalidPayload("arguments must be a JSON object")
+    _, arguments = normalize(task.arguments, "arguments", limits.max_arguments_bytes)
+    requests = _check_requests(task.input_requests, limits)
+    if not isinstance(task.input_responses, Mapping):
+        raise InvalidPayload("input responses must be an object keyed by request")
+    _, responses = normalize(dict(task.input_responses), "input", limits.max_input_bytes)
+    _, result = normalize(task.result, "result", limits.max_result_bytes)
+    error = None
+    if task.error is not None:
+        _, error = normalize(check_error(task.error), "error", limits.max_result_bytes)
+    if task.status_message is not None:
+        check_message(task.status_message, "status message", limits)
+    for what in ("created_at", "updated_at", "ready_at"):
+        check_seconds(getattr(task, what), what)
+    if task.ttl is not None:
+        check_seconds(task.ttl, "ttl")
+    _check_shape(task, requests, responses)
+    return _replace(
+        task,
+        arguments=arguments,
+        input_requests=requests,
+        input_responses=responses,
+        result=result,
+        error=error,
+        request_digest=task.request_digest or request_digest(task.name, arguments, requests),
+    )
+
+
+def _check_shape(
+    task: Task, requests: Mapping[str, InputRequest], responses: Mapping[str, Any]
+) -> None:
+    counters = (task.attempt, task.max_attempts, task.fence)
+    if any(isinstance(n, bool) or not isinstance(n, int) for n in counters):
+        raise InvalidPayload("attempt, max_attempts and fence must be integers")
+    if task.attempt < 1 or task.max_attempts < 1 or task.fence < 0:
+        raise InvalidPayload("attempt and max_attempts must be >= 1 and fence >= 0")
+    if (task.lease_owner is None) != (task.lease_expires_at is None):
+        raise InvalidPayload("a lease needs both an owner and an expiry")
+    if task.lease_owner is not None and task.status is not W:
+        raise InvalidPayload(f"a {task.status.value} task cannot hold a lease")
+    if (task.error is not None) != (task.status is F):
+        raise InvalidPayload("a failed task, and only a failed task, carries an error")
+    unknown = [k for k in responses if k not in requests]
+    if unknown:
+        raise InvalidPayload(f"input {unknown[0]!r} answers no input request")
+    if task.status is IR and all(k in responses for k in requests):
+        raise InvalidPayload("an input_required task needs an unanswered input request")

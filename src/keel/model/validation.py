@@ -59,7 +59,8 @@ def encode(value: JsonValue, what: str, limit: int) -> str:
     """Encode ``value`` as compact JSON, refusing what JSON cannot hold or what is too big.
 
     Raises:
-        InvalidPayload: the value is not JSON (a set, bytes, NaN, non-string keys …).
+        InvalidPayload: the value is not JSON (a set, bytes, NaN, an object key that is not
+            a string, number, boolean or null; such keys become strings, as in ``json``).
         PayloadTooLarge: the encoding is longer than ``limit`` bytes.
     """
     try:

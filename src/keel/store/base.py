@@ -137,6 +137,7 @@ def task_to_row(
             created_at=task.created_at,
             idempotency_key=task.idempotency_key,
             max_attempts=task.max_attempts,
+            request_digest=task.request_digest,
         )
     return row
 
@@ -170,6 +171,7 @@ def task_from_row(row: Mapping[str, Any]) -> Task:
         ready_at=row["ready_at"],
         ttl=row["ttl"],
         closed_fence=row["closed_fence"],
+        request_digest=row["request_digest"],
     )
 
 
@@ -329,7 +331,8 @@ class TxStore:
     ) -> Task:
         def op(tx: Tx) -> Task:
             task = _require(tx, task_id, owner)
-            return _apply(tx, task, tr.cancel(task, self._now(), reason=reason, actor=actor))
+            change = tr.cancel(task, self._now(), reason=reason, actor=actor, limits=self.limits)
+            return _apply(tx, task, change)
 
         return await self._run(op, write=True)
 
@@ -455,22 +458,39 @@ class TxStore:
         actor: str = "import",
         reasons: Mapping[str, str] | None = None,
     ) -> None:
+        checked: list[Task] = []
+        for task in tasks:
+            try:
+                checked.append(tr.check_imported(task, self.limits))
+            except InvalidPayload as exc:
+                raise InvalidPayload(f"task {task.task_id!r}: {exc}") from exc
+
         def op(tx: Tx) -> None:
             now = self._now()
             problems = []
-            for task in tasks:
-                if tx.load(task.task_id) is not None:
+            ids: set[str] = set()
+            keys: set[tuple[str, str]] = set()
+            for task in checked:
+                key = None if task.idempotency_key is None else (task.owner, task.idempotency_key)
+                if task.task_id in ids:
+                    problems.append(f"task {task.task_id} appears twice")
+                elif key in keys:
+                    problems.append(
+                        f"idempotency key {task.idempotency_key!r} is bound to two tasks"
+                    )
+                elif tx.load(task.task_id) is not None:
                     problems.append(f"task {task.task_id} already exists in the store")
-                elif task.idempotency_key is not None and tx.load_by_key(
-                    task.owner, task.idempotency_key
-                ):
+                elif key is not None and tx.load_by_key(*key):
                     problems.append(
                         f"idempotency key {task.idempotency_key!r} of task {task.task_id} "
                         "is already bound in the store"
                     )
+                ids.add(task.task_id)
+                if key is not None:
+                    keys.add(key)
             if problems:
                 raise ImportFailed("the store", problems)
-            for task in tasks:
+            for task in checked:
                 tx.insert(task)
                 why = (reasons or {}).get(task.task_id, "imported")
                 tx.append(Event(task.task_id, now, None, task.status, why, actor))

@@ -267,7 +267,7 @@ class SqliteStore(TxStore):
     def _configure(self, busy_timeout: float) -> None:
         c = self._conn
         c.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
-        mode = c.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        mode = self._switch_to_wal(busy_timeout)
         if str(mode).lower() != "wal":  # pragma: no cover - e.g. a read-only medium
             raise StoreError(f"store {self.path} cannot use WAL journaling (got {mode})")
         c.execute(f"PRAGMA synchronous = {self.synchronous.value.upper()}")
@@ -275,7 +275,39 @@ class SqliteStore(TxStore):
         # Keep hot index pages in memory: claims and updates touch random b-tree leaves.
         c.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
 
+    def _switch_to_wal(self, busy_timeout: float) -> str:
+        # Switching a new file to WAL needs an exclusive lock, and SQLite answers
+        # SQLITE_BUSY at once here without calling the busy handler: another process
+        # opening the same new file at the same moment would make this fail. So wait for
+        # it, as busy_timeout promises, with a short backoff.
+        deadline = time.monotonic() + busy_timeout
+        pause = 0.001
+        while True:
+            try:
+                return str(self._conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+            except sqlite3.OperationalError as exc:
+                text = str(exc)
+                if ("locked" not in text and "busy" not in text) or time.monotonic() > deadline:
+                    raise
+            time.sleep(pause)  # waiting for another process's lock, not for a result
+            pause = min(pause * 2, 0.05)
+
+    def _current_version(self) -> int:
+        exists = self._conn.execute(
+            "SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'keel_schema'"
+        ).fetchone()
+        if not exists:
+            return 0
+        row = self._conn.execute("SELECT coalesce(max(version), 0) FROM keel_schema").fetchone()
+        return int(row[0])
+
     def _migrate(self) -> None:
+        # A read first: an up-to-date store (every open but the first) never queues for
+        # the write lock behind a busy writer just to learn that there is nothing to do.
+        current = self._current_version()
+        _check_version(self.path, current)
+        if current == SCHEMA_VERSION:
+            return
         c = self._conn
         self._begin(True)
         try:
@@ -308,9 +340,11 @@ class SqliteStore(TxStore):
     #
     # Writes are committed in groups. A write queues its function and waits; the first
     # write of a loop iteration schedules a flush, and the flush runs everything queued by
-    # then in ONE transaction, each write under its own SAVEPOINT so that one refused write
-    # rolls back alone. One commit (one fsync with synchronous=FULL) then acknowledges the
-    # whole group, and nobody is told "done" before that commit.
+    # then in ONE transaction. A refused write raises before it writes anything (the rules
+    # are checked first), so the others commit beside it; one that fails after writing
+    # sends the group back to run one transaction per write (see _batch_locked). One
+    # commit (one fsync with synchronous=FULL) acknowledges the whole group, and nobody is
+    # told "done" before that commit.
     #
     # The flush runs on the event loop thread when it need not wait: busy_timeout is 0
     # there, so another process holding the write lock answers SQLITE_BUSY at once, and
@@ -423,12 +457,19 @@ class SqliteStore(TxStore):
         if self._lock.acquire(blocking=False):
             try:
                 self._check_open()
+                self._begin(False)
                 try:
-                    self._begin(False)
-                except sqlite3.OperationalError:
-                    pass  # e.g. WAL recovery in another process: wait in a thread below
-                else:
-                    return self._read_locked(fn, begun=True)
+                    return fn(_SqliteTx(self._conn))
+                except sqlite3.OperationalError as exc:
+                    text = str(exc)
+                    if "locked" not in text and "busy" not in text:
+                        raise StoreError(_describe(exc, str(self.path))) from exc
+                    # Rare in WAL (another process recovering the WAL, say): wait in a
+                    # thread below rather than on the event loop.
+                except sqlite3.Error as exc:
+                    raise StoreError(_describe(exc, str(self.path))) from exc
+                finally:
+                    self._rollback()
             finally:
                 self._lock.release()
         return await anyio.to_thread.run_sync(

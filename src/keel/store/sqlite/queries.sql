@@ -10,12 +10,13 @@ SELECT * FROM tasks WHERE owner = :owner AND idempotency_key = :idempotency_key;
 INSERT INTO tasks (
     task_id, status, owner, name, arguments, created_at, updated_at, status_message,
     input_requests, input_responses, result, error, idempotency_key, attempt, max_attempts,
-    lease_owner, lease_expires_at, fence, ready_at, ttl, closed_fence, expires_at
+    lease_owner, lease_expires_at, fence, ready_at, ttl, closed_fence, expires_at,
+    request_digest
 ) VALUES (
     :task_id, :status, :owner, :name, :arguments, :created_at, :updated_at, :status_message,
     :input_requests, :input_responses, :result, :error, :idempotency_key, :attempt,
     :max_attempts, :lease_owner, :lease_expires_at, :fence, :ready_at, :ttl, :closed_fence,
-    :expires_at
+    :expires_at, :request_digest
 );
 
 -- name: update_task

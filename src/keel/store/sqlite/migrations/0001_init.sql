@@ -27,6 +27,7 @@ CREATE TABLE tasks (
     ttl              REAL CHECK (ttl IS NULL OR ttl >= 0),
     closed_fence     INTEGER,
     expires_at       REAL,
+    request_digest   TEXT NOT NULL DEFAULT '',
     -- A lease is an owner and an expiry together, and only a working task holds one.
     CHECK ((lease_owner IS NULL) = (lease_expires_at IS NULL)),
     CHECK (lease_owner IS NULL OR status = 'working'),
