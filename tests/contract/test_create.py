@@ -262,11 +262,6 @@ async def test_facade_style_task_conflicts_when_the_repeat_drops_its_schema(stor
     await refused(store, IdempotencyConflict, lambda: store.create(idempotency_key="k"))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: same_request() filters a named task's stored requests to the candidate's "
-    "keys, so a repeat without the initial input requests silently returns the task",
-)
 async def test_named_task_conflicts_when_the_repeat_drops_its_initial_requests(store):
     """A named task created with input requests conflicts with a repeat that has none."""
     await store.create(name="job", idempotency_key="k", input_requests={"s": ask()})
@@ -274,11 +269,6 @@ async def test_named_task_conflicts_when_the_repeat_drops_its_initial_requests(s
         await store.create(name="job", idempotency_key="k")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: same_request() compares all stored requests of a nameless task, so after "
-    "request_input(fence=None) added one, the exact repeat of its create conflicts",
-)
 async def test_nameless_task_repeat_ignores_requests_made_after_creation(store):
     """A nameless task that asked for more input later still matches its original create."""
     first = await store.create(idempotency_key="k")

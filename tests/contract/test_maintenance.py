@@ -394,11 +394,6 @@ async def test_names_over_the_limit_are_refused(make_store):
     await store.create(name="n" * 8, idempotency_key="k" * 8, owner="o" * 8)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: cancel(reason=...) is never checked against Limits.max_message_chars, "
-    "which documents that it bounds reasons",
-)
 async def test_cancel_reason_over_the_limit_is_refused(make_store):
     """A cancel reason longer than max_message_chars raises InvalidPayload."""
     store = make_store(limits=Limits(max_message_chars=10))
@@ -438,7 +433,9 @@ async def test_import_stores_tasks_as_they_are(store, clock):
     ]
     await store.import_tasks(tasks, actor="cli")
     for task in tasks:
-        assert await store.get(task.task_id) == task
+        got = await store.get(task.task_id)
+        # The store fingerprints the create request of imported tasks too (idempotency).
+        assert dataclasses.replace(got, request_digest=task.request_digest) == task
         [event] = await store.history(task.task_id)
         assert (event.from_status, event.to_status) == (None, task.status)
         assert (event.reason, event.actor, event.at) == ("imported", "cli", clock.now)
@@ -471,11 +468,6 @@ async def test_import_nothing_is_fine(store):
     assert await everything(store) == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: two tasks with the same id in one import batch raise StoreError from the "
-    "adapter, not ImportFailed naming the duplicate",
-)
 async def test_import_refuses_duplicate_ids_within_the_batch(store, clock):
     """Two tasks with one id in the same batch raise ImportFailed; nothing is stored."""
     await refused(
@@ -483,22 +475,12 @@ async def test_import_refuses_duplicate_ids_within_the_batch(store, clock):
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: two tasks with one (owner, idempotency key) in one batch: memory stores "
-    "both (the key then points at one of them), SQLite raises StoreError",
-)
 async def test_import_refuses_duplicate_keys_within_the_batch(store, clock):
     """Two tasks bound to one idempotency key in one batch raise ImportFailed."""
     batch = [_task("a", clock, idempotency_key="k"), _task("b", clock, idempotency_key="k")]
     await refused(store, ImportFailed, lambda: store.import_tasks(batch))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: import_tasks does not validate payloads: a set raises TypeError and NaN "
-    "is stored, instead of InvalidPayload",
-)
 @pytest.mark.parametrize("value", [{1, 2}, math.nan], ids=["set", "nan"])
 async def test_import_refuses_non_json_payloads(store, clock, value):
     """A task whose arguments JSON cannot hold raises InvalidPayload; nothing is stored."""
@@ -509,14 +491,32 @@ async def test_import_refuses_non_json_payloads(store, clock, value):
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: import_tasks does not check task invariants: memory stores a completed "
-    "task holding a lease, SQLite raises StoreError (CHECK constraint), not InvalidPayload",
-)
-async def test_import_refuses_an_impossible_task(store, clock):
-    """A finished task that holds a lease cannot be stored: InvalidPayload, nothing stored."""
-    impossible = _task(
-        "bad", clock, status=Status.COMPLETED, lease_owner="w", lease_expires_at=clock.now
-    )
-    await refused(store, InvalidPayload, lambda: store.import_tasks([impossible]))
+IMPOSSIBLE = {
+    "leased-completed": {"status": Status.COMPLETED, "lease_owner": "w", "lease_expires_at": 1.0},
+    "lease-without-expiry": {"lease_owner": "w"},
+    "failed-without-error": {"status": Status.FAILED},
+    "error-on-working": {"error": {"code": 1, "message": "m"}},
+    "waiting-for-nothing": {"status": Status.INPUT_REQUIRED},
+    "answer-to-nothing": {"input_responses": {"x": 1}},
+    "attempt-zero": {"attempt": 0},
+    "bad-error": {"status": Status.FAILED, "error": {"message": "no code"}},
+    "arguments-not-object": {"arguments": [1]},
+}
+
+
+@pytest.mark.parametrize("changes", IMPOSSIBLE.values(), ids=IMPOSSIBLE.keys())
+async def test_import_refuses_an_impossible_task(store, clock, changes):
+    """A task that could not exist raises InvalidPayload naming it; nothing is stored."""
+    batch = [_task("fine", clock), _task("bad", clock, **changes)]
+    error = await refused(store, InvalidPayload, lambda: store.import_tasks(batch))
+    assert "bad" in str(error)
+
+
+# --- close ------------------------------------------------------------------------------
+
+
+async def test_close_twice_is_safe(store):
+    """close() may be called twice."""
+    await store.create()
+    await store.close()
+    await store.close()
