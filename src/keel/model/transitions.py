@@ -73,6 +73,14 @@ class Change:
     changed: bool = True
 
 
+def _same(stored: JsonValue, given: object) -> bool:
+    """Whether ``given`` is the very JSON value stored (an exact repeat of a write)."""
+    try:
+        return canonical(stored) == canonical(given)
+    except (TypeError, ValueError):
+        return False  # not even JSON: certainly not what was stored
+
+
 def _unchanged(task: Task) -> Change:
     return Change(task, None, changed=False)
 
@@ -380,15 +388,11 @@ def complete(
         InvalidTransition: the task is waiting for input, or leased and the write unleased.
         InvalidPayload, PayloadTooLarge: the result.
     """
-    _, result = normalize(result, "result", limits.max_result_bytes)
     if task.status.terminal:
-        if (
-            task.status is C
-            and task.closed_fence == fence
-            and canonical(task.result) == canonical(result)
-        ):
+        if task.status is C and task.closed_fence == fence and _same(task.result, result):
             return _unchanged(task)
         raise TaskAlreadyTerminal(task, "complete it")
+    _, result = normalize(result, "result", limits.max_result_bytes)
     _check_writer(task, fence, "complete it")
     if task.status is not W:
         raise InvalidTransition(
@@ -426,16 +430,12 @@ def fail(
         InvalidTransition: the task is leased and the write unleased.
         InvalidPayload: the error is not ``{code, message, data?}``.
     """
-    checked = check_error(error)
-    _, checked = normalize(checked, "error", limits.max_result_bytes)
     if task.status.terminal:
-        if (
-            task.status is F
-            and task.closed_fence == fence
-            and canonical(task.error) == canonical(checked)
-        ):
+        if task.status is F and task.closed_fence == fence and _same(task.error, error):
             return _unchanged(task)
         raise TaskAlreadyTerminal(task, "fail it")
+    checked = check_error(error)
+    _, checked = normalize(checked, "error", limits.max_result_bytes)
     _check_writer(task, fence, "fail it")
     return _move(
         task,
@@ -467,12 +467,12 @@ def cancel(
         TaskAlreadyTerminal: the task completed or failed first.
         InvalidPayload: a reason that is not a string or is over the message limit.
     """
-    if reason is not None:
-        check_message(reason, "cancel reason", limits)
     if task.status.terminal:
         if task.status is X:
             return _unchanged(task)
         raise TaskAlreadyTerminal(task, "cancel it")
+    if reason is not None:
+        check_message(reason, "cancel reason", limits)
     why = f"cancelled: {reason}" if reason else "cancelled"
     return _move(
         task,
@@ -535,9 +535,9 @@ def set_status_message(
     Raises:
         TaskAlreadyTerminal, LeaseLost, InvalidTransition: see :func:`_check_writer`.
     """
+    _check_writer(task, fence, "set its status message")
     if message is not None:
         check_message(message, "status message", limits)
-    _check_writer(task, fence, "set its status message")
     return Change(_replace(task, updated_at=now, status_message=message), None)
 
 
@@ -565,15 +565,19 @@ def retry(
         TaskAlreadyTerminal, LeaseLost: see :func:`_check_writer`.
         InvalidPayload: the error is not ``{code, message, data?}``.
     """
+    if task.status.terminal:
+        if (
+            task.status is F
+            and task.closed_fence == fence
+            and isinstance(error, Mapping)
+            and "message" in error
+            and _same(task.error, _dead_letter(dict(error), task.attempt))
+        ):
+            return _unchanged(task)  # the retry that dead-lettered it, repeated
+        raise TaskAlreadyTerminal(task, "retry it")
+    _check_writer(task, fence, "retry it")
     checked = check_error(error)
     _, checked = normalize(checked, "error", limits.max_result_bytes)
-    if (
-        task.status is F
-        and task.closed_fence == fence
-        and canonical(task.error) == canonical(_dead_letter(checked, task.attempt))
-    ):
-        return _unchanged(task)  # the retry that dead-lettered it, repeated
-    _check_writer(task, fence, "retry it")
     delay = check_seconds(delay_seconds, "retry delay")
     return _end_attempt(
         task,
@@ -593,7 +597,7 @@ def recover(task: Task, now: float) -> Change:
         InvalidTransition: the task holds no expired lease (adapters select only those).
     """
     expires = task.lease_expires_at
-    if task.status is not W or task.lease_owner is None or expires is None or expires > now:
+    if task.status is not W or task.lease_owner is None or expires is None or expires >= now:
         raise InvalidTransition(f"task {task.task_id} holds no expired lease", task)
     message = (
         f"lease of {task.lease_owner} expired {now - expires:.1f}s ago on attempt "

@@ -224,16 +224,16 @@ class TxStore:
         status = None if status is None else Status(status)
         return await self._run(lambda tx: tx.page(status, owner, max(0, limit), after), write=False)
 
-    async def history(self, task_id: str) -> Sequence[Event]:
+    async def history(self, task_id: str, *, owner: str | None = None) -> Sequence[Event]:
         def op(tx: Tx) -> list[Event]:
-            _require(tx, task_id)
+            _require(tx, task_id, owner)
             return tx.events(task_id)
 
         return await self._run(op, write=False)
 
-    async def steps(self, task_id: str) -> Mapping[str, JsonValue]:
+    async def steps(self, task_id: str, *, owner: str | None = None) -> Mapping[str, JsonValue]:
         def op(tx: Tx) -> dict[str, JsonValue]:
-            _require(tx, task_id)
+            _require(tx, task_id, owner)
             return tx.get_steps(task_id)
 
         return await self._run(op, write=False)
@@ -351,6 +351,10 @@ class TxStore:
     async def claim(
         self, names: Collection[str], *, worker: str, lease_seconds: float, limit: int = 1
     ) -> Sequence[Task]:
+        if isinstance(names, str):
+            raise InvalidPayload(
+                f"names must be a collection of task names, not the string {names!r}"
+            )
         check_key(worker, "worker id", self.limits)
         lease = check_seconds(lease_seconds, "lease", allow_zero=False)
         wanted = sorted(set(names))
@@ -407,12 +411,11 @@ class TxStore:
         return await self._run(op, write=True)
 
     async def save_step(self, task_id: str, step: str, value: JsonValue, *, fence: int) -> None:
-        check_key(step, "step name", self.limits)
-        text, _ = normalize(value, f"step {step!r}", self.limits.max_step_bytes)
-
         def op(tx: Tx) -> None:
             task = _require(tx, task_id)
-            tr.check_step(task, fence)
+            tr.check_step(task, fence)  # a finished or stale attempt hears that first
+            check_key(step, "step name", self.limits)
+            text, _ = normalize(value, f"step {step!r}", self.limits.max_step_bytes)
             tx.put_step(task_id, step, text, self._now())
 
         await self._run(op, write=True)

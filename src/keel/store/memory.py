@@ -185,9 +185,18 @@ class MemoryStore(TxStore):
         super().__init__(clock=clock, limits=limits)
         self._data = _Data()
         self._lock = threading.Lock()
+        self._closed = False
+
+    async def close(self) -> None:
+        """Drop the tasks: a closed memory store answers every call with StoreError."""
+        with self._lock:
+            self._closed = True
+            self._data = _Data()
 
     async def _run(self, fn: Callable[[Any], T], *, write: bool) -> T:
         with self._lock:
+            if self._closed:
+                raise StoreError("store memory:// is closed")
             tx = _MemoryTx(self._data)
             try:
                 return fn(tx)

@@ -48,6 +48,9 @@ class Store(Protocol):
 
         It starts ``input_required`` if ``input_requests`` are given, else ``working``.
 
+        ``ttl`` and ``max_attempts`` are options of the first create: a repeat with other
+        values returns the task as it was created.
+
         Raises:
             IdempotencyConflict: the key is bound to a task with another name, other
                 arguments or other initial input requests.
@@ -79,11 +82,11 @@ class Store(Protocol):
         of the previous page (an unknown ``after`` gives an empty page)."""
         ...
 
-    async def history(self, task_id: str) -> Sequence[Event]:
+    async def history(self, task_id: str, *, owner: str | None = None) -> Sequence[Event]:
         """The task's append-only history, oldest first.
 
         Raises:
-            TaskNotFound: no such task.
+            TaskNotFound: no such task (or not this owner's).
         """
         ...
 
@@ -169,7 +172,8 @@ class Store(Protocol):
     async def claim(
         self, names: Collection[str], *, worker: str, lease_seconds: float, limit: int = 1
     ) -> Sequence[Task]:
-        """Lease up to ``limit`` ready ``working`` tasks with one of ``names``: earliest
+        """Lease up to ``limit`` ready ``working`` tasks with one of ``names`` (a collection,
+        not a string: that raises InvalidPayload): earliest
         ``ready_at`` first, then in the order they were stored.
 
         Each claim bumps the task's fencing token; the returned tasks carry it.
@@ -216,11 +220,11 @@ class Store(Protocol):
         """
         ...
 
-    async def steps(self, task_id: str) -> Mapping[str, JsonValue]:
+    async def steps(self, task_id: str, *, owner: str | None = None) -> Mapping[str, JsonValue]:
         """Every checkpointed step of the task, by name.
 
         Raises:
-            TaskNotFound: no such task.
+            TaskNotFound: no such task (or not this owner's).
         """
         ...
 
