@@ -17,6 +17,7 @@ blocks the event loop. ``sqlite3`` errors become :mod:`keel.errors` here and now
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import sqlite3
 import threading
@@ -110,11 +111,16 @@ class _SqliteTx:
     def update(self, old: Task, new: Task) -> None:
         self.wrote = True
         read = self._read.get(old.task_id)
-        params = task_to_row(
-            new, mutable_only=True, previous=read if read and read[0] is old else None
-        )
-        params.update(task_id=old.task_id, old_status=old.status.value, old_fence=old.fence)
-        if self._c.execute(_Q["update_task"], params).rowcount != 1:
+        previous = read if read and read[0] is old else None
+        row = task_to_row(new, mutable_only=True, previous=previous)
+        if previous is not None:
+            stored = previous[1]
+            row = {k: v for k, v in row.items() if v != stored[k] or type(v) is not type(stored[k])}
+        columns = tuple(row)
+        if not columns:
+            return
+        row.update(task_id=old.task_id, old_status=old.status.value, old_fence=old.fence)
+        if self._c.execute(_update_sql(columns), row).rowcount != 1:
             # Cannot happen under BEGIN IMMEDIATE; if it does, refuse rather than guess.
             raise StoreError(f"task {old.task_id} changed under a write; nothing was written")
 
@@ -188,6 +194,12 @@ class _SqliteTx:
                 "limit": limit,
             },
         )
+
+
+@functools.lru_cache(maxsize=256)
+def _update_sql(columns: tuple[str, ...]) -> str:
+    assignments = ", ".join(f"{c} = :{c}" for c in columns)
+    return _Q["update_task"].replace("{assignments}", assignments)
 
 
 def _describe(exc: sqlite3.Error, path: str) -> str:

@@ -21,12 +21,9 @@ INSERT INTO tasks (
 
 -- name: update_task
 -- Conditional: it matches only if nobody changed the task since it was read.
-UPDATE tasks SET
-    status = :status, updated_at = :updated_at, status_message = :status_message,
-    input_requests = :input_requests, input_responses = :input_responses, result = :result,
-    error = :error, attempt = :attempt, lease_owner = :lease_owner,
-    lease_expires_at = :lease_expires_at, fence = :fence, ready_at = :ready_at, ttl = :ttl,
-    closed_fence = :closed_fence, expires_at = :expires_at
+-- {assignments} is "column = :column, …" for the columns that changed: SQLite maintains
+-- an index whenever one of its columns is assigned, changed or not.
+UPDATE tasks SET {assignments}
 WHERE task_id = :task_id AND status = :old_status AND fence = :old_fence;
 
 -- name: insert_event
