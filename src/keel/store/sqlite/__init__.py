@@ -46,10 +46,13 @@ SCHEMA_VERSION = _MIGRATIONS[-1].version
 
 DEFAULT_BUSY_TIMEOUT = 30.0  # seconds a writer waits for another process's lock
 CACHE_KIB = 64 * 1024  # page cache per connection, KiB
+WAL_LIMIT_BYTES = 64 * 1024 * 1024  # a WAL larger than this is truncated after checkpoints
 
 
 _Op = tuple[Callable[[Any], Any], "asyncio.Future[Any] | None"]
 """A queued write: its function, and the future its caller awaits."""
+_EventRow = tuple[str, float, str | None, str, str, str]
+"""A history entry as insert_event_row's parameters."""
 _Outcome = tuple[bool, Any]
 """(True, value) or (False, exception)."""
 
@@ -81,9 +84,12 @@ class Synchronous(StrEnum):
 
 
 class _SqliteTx:
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, pending: list[_EventRow] | None = None) -> None:
         self._c = conn
         self.wrote = False
+        self.events_out: list[_EventRow] = []
+        # History entries of earlier writes of the same group, not inserted yet.
+        self.pending = pending
         # The rows this transaction read, so that an update re-encodes only what changed.
         self._read: dict[str, tuple[Task, sqlite3.Row]] = {}
 
@@ -125,18 +131,28 @@ class _SqliteTx:
             raise StoreError(f"task {old.task_id} changed under a write; nothing was written")
 
     def append(self, event: Event) -> None:
+        # Held back and inserted with the rest of the group in one executemany just
+        # before COMMIT (see flush_events): same transaction, a fraction of the cost.
         self.wrote = True
-        self._c.execute(
-            _Q["insert_event"],
-            {
-                "task_id": event.task_id,
-                "at": event.at,
-                "from_status": None if event.from_status is None else event.from_status.value,
-                "to_status": event.to_status.value,
-                "reason": event.reason,
-                "actor": event.actor,
-            },
+        self.events_out.append(
+            (
+                event.task_id,
+                event.at,
+                None if event.from_status is None else event.from_status.value,
+                event.to_status.value,
+                event.reason,
+                event.actor,
+            )
         )
+
+    def flush_events(self) -> None:
+        """Insert the history entries held back so far (before a delete, and at COMMIT)."""
+        if self.pending is not None and self.pending:
+            self._c.executemany(_Q["insert_event_row"], self.pending)
+            self.pending.clear()
+        if self.events_out:
+            self._c.executemany(_Q["insert_event_row"], self.events_out)
+            self.events_out.clear()
 
     def ready(self, names: Collection[str], now: float, limit: int) -> list[Task]:
         return self._all(
@@ -155,6 +171,7 @@ class _SqliteTx:
 
     def delete(self, task_ids: Sequence[str]) -> None:
         self.wrote = True
+        self.flush_events()  # entries of tasks deleted below must exist to be deleted
         if task_ids:
             self._c.execute(_Q["delete_tasks"], {"task_ids": json.dumps(list(task_ids))})
 
@@ -286,6 +303,8 @@ class SqliteStore(TxStore):
         c.execute("PRAGMA foreign_keys = ON")
         # Keep hot index pages in memory: claims and updates touch random b-tree leaves.
         c.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
+        # After a checkpoint, shrink a WAL that a burst of writes grew, instead of keeping it.
+        c.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES}")
 
     def _switch_to_wal(self, busy_timeout: float) -> str:
         # Switching a new file to WAL needs an exclusive lock, and SQLite answers
@@ -398,8 +417,9 @@ class SqliteStore(TxStore):
         try:
             if not begun:
                 self._begin(True)
+            events: list[_EventRow] = []
             for fn, _ in batch:
-                tx = _SqliteTx(c)
+                tx = _SqliteTx(c, events)
                 try:
                     outcomes.append((True, fn(tx)))
                 except Exception as exc:
@@ -409,6 +429,10 @@ class SqliteStore(TxStore):
                             return [(False, self._map(exc))]
                         return [self._batch_locked([op], begun=False)[0] for op in batch]
                     outcomes.append((False, exc))
+                else:
+                    events.extend(tx.events_out)
+            if events:
+                c.executemany(_Q["insert_event_row"], events)
             c.execute("COMMIT")
         except sqlite3.Error as exc:
             # The transaction itself failed (I/O, disk full …): nothing of it is stored.
@@ -528,6 +552,22 @@ class SqliteStore(TxStore):
         if self._queue and not self._flush_scheduled:
             self._flush_scheduled = True
             self._flush()
+
+    def checkpoint(self) -> None:
+        """Copy the WAL into the database file and truncate it (``wal_checkpoint(TRUNCATE)``).
+
+        SQLite checkpoints on its own as the WAL grows; this is for a quiet moment, such
+        as after a bulk import, so that readers do not search a long WAL.
+        """
+        with self._lock:
+            self._check_open()
+            self._conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
+            try:
+                self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            except sqlite3.Error as exc:
+                raise StoreError(_describe(exc, str(self.path))) from exc
+            finally:
+                self._conn.execute("PRAGMA busy_timeout = 0")
 
     def integrity_check(self) -> str:
         """``PRAGMA integrity_check``: ``"ok"`` for a sound file."""

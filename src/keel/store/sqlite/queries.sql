@@ -26,9 +26,10 @@ INSERT INTO tasks (
 UPDATE tasks SET {assignments}
 WHERE task_id = :task_id AND status = :old_status AND fence = :old_fence;
 
--- name: insert_event
+-- name: insert_event_row
+-- Positional: history entries are inserted a group at a time with executemany.
 INSERT INTO task_events (task_id, at, from_status, to_status, reason, actor)
-VALUES (:task_id, :at, :from_status, :to_status, :reason, :actor);
+VALUES (?, ?, ?, ?, ?, ?);
 
 -- name: ready_tasks
 SELECT * FROM tasks
