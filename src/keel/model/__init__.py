@@ -28,11 +28,12 @@ from keel.model.task import (
     Status,
     Task,
 )
-from keel.model.transitions import ALLOWED, INTERNAL_ERROR, Change, can_move
+from keel.model.transitions import ALLOWED, DECLINED, INTERNAL_ERROR, Change, can_move
 from keel.model.validation import Limits
 
 __all__ = [
     "ALLOWED",
+    "DECLINED",
     "DEFAULT_INPUT_KEY",
     "INTERNAL_ERROR",
     "TERMINAL",

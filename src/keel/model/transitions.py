@@ -33,6 +33,7 @@ from keel.model.validation import (
 
 __all__ = [
     "ALLOWED",
+    "DECLINED",
     "INTERNAL_ERROR",
     "Change",
     "can_move",
@@ -50,6 +51,9 @@ ALLOWED: Mapping[Status, frozenset[Status]] = {
     X: frozenset(),
 }
 """Which status may follow which. Terminal statuses have no way out."""
+
+DECLINED = "$keel.declined"
+"""The key of the stored answer to an input request the user declined or cancelled."""
 
 INTERNAL_ERROR = -32603
 """JSON-RPC "internal error": crashes, dead letters, deadlines and reclaims are stored with it."""
@@ -314,12 +318,15 @@ def provide_input(
     now: float,
     *,
     actor: str,
+    declined: Mapping[str, str] | None = None,
     limits: Limits = DEFAULT_LIMITS,
 ) -> Change:
     """Accept answers to outstanding requests; ``input_required -> working`` once all are in.
 
     Keys that are unknown or already answered are ignored (an answer that arrives twice
-    changes nothing). Every answer is validated before any is accepted.
+    changes nothing). Every answer is validated before any is accepted. ``declined`` maps
+    keys the user refused to ``"decline"`` or ``"cancel"``: they count as answered, and are
+    stored as ``{DECLINED: action}`` for the handler to see (as an InputDeclined error).
 
     Raises:
         TaskAlreadyTerminal: the task ended.
@@ -337,7 +344,14 @@ def provide_input(
         raise InvalidPayload(f"input must be an object keyed by request, not {responses!r}")
     pending = task.pending_input
     accepted: dict[str, JsonValue] = {}
+    for key, action in (declined or {}).items():
+        if action not in {"decline", "cancel"}:
+            raise InvalidPayload(f"a declined input is 'decline' or 'cancel', not {action!r}")
+        if key in pending:
+            accepted[key] = {DECLINED: action}
     for key, raw in responses.items():
+        if key in accepted:
+            continue
         request = pending.get(key)
         if request is None:
             continue
@@ -507,6 +521,25 @@ def claim(task: Task, now: float, *, worker: str, lease_seconds: float) -> Chang
         lease_owner=worker,
         lease_expires_at=now + lease_seconds,
         fence=fence,
+    )
+
+
+def release(task: Task, now: float, *, fence: int, reason: str) -> Change:
+    """The live attempt gives the task back unfinished (a worker shutting down): ready again
+    at once, and it does not count as a failed attempt.
+
+    Raises:
+        TaskAlreadyTerminal, LeaseLost: see :func:`_check_writer`.
+    """
+    _check_writer(task, fence, "release it")
+    return _move(
+        task,
+        now,
+        f"released by {task.lease_owner}: {reason}",
+        _actor(fence, task, "worker"),
+        lease_owner=None,
+        lease_expires_at=None,
+        ready_at=now,
     )
 
 

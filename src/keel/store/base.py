@@ -71,6 +71,7 @@ class Tx(Protocol):
     def page(
         self, status: Status | None, owner: str | None, limit: int, after: str | None
     ) -> list[Task]: ...
+    def status_of(self, task_ids: Sequence[str]) -> dict[str, tuple[Status, int]]: ...
 
 
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
@@ -216,6 +217,12 @@ class TxStore:
         status = None if status is None else Status(status)
         return await self._run(lambda tx: tx.page(status, owner, max(0, limit), after), write=False)
 
+    async def statuses(self, task_ids: Collection[str]) -> Mapping[str, tuple[Status, int]]:
+        ids = list(dict.fromkeys(task_ids))
+        if not ids:
+            return {}
+        return await self._run(lambda tx: tx.status_of(ids), write=False)
+
     async def history(self, task_id: str, *, owner: str | None = None) -> Sequence[Event]:
         def op(tx: Tx) -> list[Event]:
             _require(tx, task_id, owner)
@@ -283,10 +290,13 @@ class TxStore:
         *,
         owner: str | None = None,
         actor: str = "client",
+        declined: Mapping[str, str] | None = None,
     ) -> Task:
         def op(tx: Tx) -> Task:
             task = _require(tx, task_id, owner)
-            change = tr.provide_input(task, responses, self._now(), actor=actor, limits=self.limits)
+            change = tr.provide_input(
+                task, responses, self._now(), actor=actor, declined=declined, limits=self.limits
+            )
             return _apply(tx, task, change)
 
         return await self._run(op, write=True)
@@ -370,6 +380,13 @@ class TxStore:
             task = _require(tx, task_id)
             change = tr.renew(task, self._now(), fence=fence, lease_seconds=lease)
             return _apply(tx, task, change)
+
+        return await self._run(op, write=True)
+
+    async def release(self, task_id: str, *, fence: int, reason: str) -> Task:
+        def op(tx: Tx) -> Task:
+            task = _require(tx, task_id)
+            return _apply(tx, task, tr.release(task, self._now(), fence=fence, reason=reason))
 
         return await self._run(op, write=True)
 

@@ -160,6 +160,10 @@ class _MemoryTx:
     def events(self, task_id: str) -> list[Event]:
         return list(self._d.events[task_id])
 
+    def status_of(self, task_ids: Sequence[str]) -> dict[str, tuple[Status, int]]:
+        rows = self._d.rows
+        return {i: (Status(rows[i]["status"]), rows[i]["fence"]) for i in task_ids if i in rows}
+
     def page(
         self, status: Status | None, owner: str | None, limit: int, after: str | None
     ) -> list[Task]:

@@ -82,6 +82,12 @@ class Store(Protocol):
         of the previous page (an unknown ``after`` gives an empty page)."""
         ...
 
+    async def statuses(self, task_ids: Collection[str]) -> Mapping[str, tuple[Status, int]]:
+        """The status and fence of each known task among ``task_ids`` (unknown ids are left
+        out): one cheap read with which a worker learns that its tasks were cancelled or
+        taken over."""
+        ...
+
     async def history(self, task_id: str, *, owner: str | None = None) -> Sequence[Event]:
         """The task's append-only history, oldest first.
 
@@ -97,10 +103,12 @@ class Store(Protocol):
         *,
         owner: str | None = None,
         actor: str = "client",
+        declined: Mapping[str, str] | None = None,
     ) -> Task:
         """Answer outstanding input requests, by key; ``working`` again once all are answered.
 
-        Unknown and already-answered keys are ignored.
+        Unknown and already-answered keys are ignored. ``declined`` maps keys the user
+        refused to ``"decline"`` or ``"cancel"``; they count as answered.
 
         Raises:
             TaskNotFound: no such task (or not this owner's).
@@ -186,6 +194,15 @@ class Store(Protocol):
         Raises:
             TaskNotFound, LeaseLost.
             TaskAlreadyTerminal: the task ended (cancelled): the attempt must stop.
+        """
+        ...
+
+    async def release(self, task_id: str, *, fence: int, reason: str) -> Task:
+        """Give a leased task back unfinished (a worker shutting down): ready again at once;
+        not a failed attempt.
+
+        Raises:
+            TaskNotFound, TaskAlreadyTerminal, LeaseLost.
         """
         ...
 

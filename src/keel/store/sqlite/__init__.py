@@ -199,6 +199,10 @@ class _SqliteTx:
             for r in self._c.execute(_Q["get_events"], {"task_id": task_id})
         ]
 
+    def status_of(self, task_ids: Sequence[str]) -> dict[str, tuple[Status, int]]:
+        rows = self._c.execute(_Q["task_statuses"], {"task_ids": json.dumps(list(task_ids))})
+        return {r["task_id"]: (Status(r["status"]), r["fence"]) for r in rows}
+
     def page(
         self, status: Status | None, owner: str | None, limit: int, after: str | None
     ) -> list[Task]:

@@ -78,3 +78,7 @@ WHERE (:status IS NULL OR status = :status)
   AND (:after IS NULL OR rowid > (SELECT rowid FROM tasks WHERE task_id = :after))
 ORDER BY rowid
 LIMIT :limit;
+
+-- name: task_statuses
+SELECT task_id, status, fence FROM tasks
+WHERE task_id IN (SELECT value FROM json_each(:task_ids));

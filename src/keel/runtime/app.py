@@ -1,0 +1,236 @@
+"""The registry: ``Keel`` holds a store and the task handlers an application registers."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+from keel.errors import ConfigurationError
+from keel.model import JsonObject, JsonValue, Task
+from keel.model.validation import check_key, check_schema, validate_input
+from keel.store import Clock, Store, open_store
+from keel.store.locations import parse_location, resolve_location
+
+__all__ = ["Handler", "Keel", "TaskDefinition", "TaskOptions", "load_app"]
+
+Handler = Callable[..., Awaitable[Any]]
+"""``async def handler(ctx: TaskContext, **arguments) -> result``."""
+H = TypeVar("H", bound=Handler)
+
+DEFAULT_LEASE = 30.0  # seconds
+DEFAULT_TTL = 7 * 86_400.0  # seconds a finished task is kept
+DEFAULT_POLL_INTERVAL = 1.0  # seconds, what clients are told to wait between polls
+
+
+@dataclass(frozen=True, slots=True)
+class TaskOptions:
+    """How one kind of task runs."""
+
+    input_schema: JsonObject | None = None
+    """JSON Schema of the arguments; checked before a task is created."""
+    task_mode: Literal["optional", "required"] = "optional"
+    """``optional``: a client without the MCP tasks extension gets the result inline;
+    ``required``: such a client is refused."""
+    max_attempts: int = 3
+    lease_seconds: float = DEFAULT_LEASE
+    deadline_seconds: float | None = None
+    """Hard limit on one attempt's running time; past it the attempt is stopped and retried."""
+    ttl_seconds: float | None = DEFAULT_TTL
+    poll_interval: float = DEFAULT_POLL_INTERVAL
+    retry_base: float = 1.0  # seconds before the second attempt (then doubling, jittered)
+    retry_cap: float = 60.0  # seconds at most between attempts
+    description: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskDefinition:
+    name: str
+    handler: Handler
+    options: TaskOptions
+
+    def check_arguments(self, arguments: Mapping[str, Any]) -> None:
+        """Raises InvalidPayload (InputRejected) naming the field if the arguments are wrong."""
+        if self.options.input_schema is not None:
+            validate_input("(new task)", "arguments", self.options.input_schema, dict(arguments))
+
+
+class Keel:
+    """An application: a store and the handlers of its tasks.
+
+    Args:
+        store: a :class:`~keel.store.Store`, or a location (see ``keel.store.open_store``);
+            default ``$KEEL_STORE``, then ``keel-data/keel.db``. Opened on first use.
+        clock: seconds since the epoch, for the store it opens (tests inject one).
+    """
+
+    def __init__(self, store: Store | str | None = None, *, clock: Clock | None = None) -> None:
+        self._store: Store | None = None
+        self._location: str | None = None
+        if isinstance(store, str) or store is None:
+            self._location = resolve_location(store)
+        else:
+            self._store = store
+        self._clock = clock
+        self._tasks: dict[str, TaskDefinition] = {}
+
+    @property
+    def location(self) -> str | None:
+        """The store location this app opens (None if it was given a store object)."""
+        return self._location
+
+    def use_store(self, store: Store | str) -> None:
+        """Point the app at another store (``keel worker --store``) before it is opened."""
+        if isinstance(store, str):
+            parse_location(store)
+            self._store, self._location = None, store
+        else:
+            self._store, self._location = store, None
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            assert self._location is not None
+            self._store = open_store(self._location, clock=self._clock)
+        return self._store
+
+    @property
+    def tasks(self) -> Mapping[str, TaskDefinition]:
+        return dict(self._tasks)
+
+    def task(
+        self,
+        name: str | None = None,
+        *,
+        input_schema: Mapping[str, Any] | None = None,
+        task_mode: Literal["optional", "required"] = "optional",
+        max_attempts: int = 3,
+        lease_seconds: float = DEFAULT_LEASE,
+        deadline_seconds: float | None = None,
+        ttl_seconds: float | None = DEFAULT_TTL,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+        retry_base: float = 1.0,
+        retry_cap: float = 60.0,
+        description: str | None = None,
+    ) -> Callable[[H], H]:
+        """Register ``async def handler(ctx, **arguments)`` as the task ``name``.
+
+        Raises:
+            ConfigurationError: a duplicate name, a handler that is not async, bad options.
+        """
+
+        def register(handler: H) -> H:
+            registered = handler  # iscoroutinefunction below narrows `handler`'s type
+            task_name = check_key(name or handler.__name__, "task name")
+            if task_name in self._tasks:
+                raise ConfigurationError(f"task {task_name!r} is registered twice")
+            if not inspect.iscoroutinefunction(handler):
+                raise ConfigurationError(f"handler of task {task_name!r} must be `async def`")
+            if task_mode not in {"optional", "required"}:
+                raise ConfigurationError("task_mode must be 'optional' or 'required'")
+            if max_attempts < 1 or lease_seconds <= 0:
+                raise ConfigurationError("max_attempts must be >= 1 and lease_seconds > 0")
+            schema = None if input_schema is None else check_schema(input_schema, "input_schema")
+            self._tasks[task_name] = TaskDefinition(
+                task_name,
+                handler,
+                TaskOptions(
+                    input_schema=schema,
+                    task_mode=task_mode,
+                    max_attempts=max_attempts,
+                    lease_seconds=lease_seconds,
+                    deadline_seconds=deadline_seconds,
+                    ttl_seconds=ttl_seconds,
+                    poll_interval=poll_interval,
+                    retry_base=retry_base,
+                    retry_cap=retry_cap,
+                    description=description or inspect.getdoc(handler),
+                ),
+            )
+            return registered
+
+        return register
+
+    def definition(self, name: str) -> TaskDefinition:
+        """Raises ConfigurationError for a name this app does not register."""
+        try:
+            return self._tasks[name]
+        except KeyError:
+            raise ConfigurationError(f"no task named {name!r} is registered") from None
+
+    async def submit(
+        self,
+        name: str,
+        arguments: Mapping[str, JsonValue] | None = None,
+        *,
+        owner: str = "",
+        idempotency_key: str | None = None,
+    ) -> Task:
+        """Create a task for a worker to run; its arguments are checked first.
+
+        Raises:
+            ConfigurationError: no such task is registered.
+            InputRejected: the arguments violate the task's input schema (no task made).
+            IdempotencyConflict: the key is bound to another request.
+        """
+        definition = self.definition(name)
+        args = dict(arguments or {})
+        definition.check_arguments(args)
+        options = definition.options
+        return await self.store.create(
+            name=name,
+            arguments=args,
+            owner=owner,
+            idempotency_key=idempotency_key,
+            ttl=options.ttl_seconds,
+            max_attempts=options.max_attempts,
+        )
+
+    async def cancel(
+        self, task_id: str, *, reason: str | None = None, owner: str | None = None
+    ) -> Task:
+        """Cancel a task: durable at once; a running handler stops at its next await."""
+        task = await self.store.cancel(task_id, reason=reason, owner=owner)
+        for listener in list(_CANCEL_LISTENERS.get(id(self), ())):
+            listener(task_id)
+        return task
+
+    async def close(self) -> None:
+        if self._store is not None:
+            await self._store.close()
+
+
+_CANCEL_LISTENERS: dict[int, list[Callable[[str], None]]] = {}
+"""Workers in this process, by app: told at once about cancels made through the app."""
+
+
+def _listen(app: Keel, listener: Callable[[str], None]) -> Callable[[], None]:
+    _CANCEL_LISTENERS.setdefault(id(app), []).append(listener)
+
+    def stop() -> None:
+        listeners = _CANCEL_LISTENERS.get(id(app), [])
+        if listener in listeners:
+            listeners.remove(listener)
+
+    return stop
+
+
+def load_app(spec: str) -> Keel:
+    """Load an app from ``module:attribute`` (the attribute is a :class:`Keel`).
+
+    Raises:
+        ConfigurationError: the module or attribute is missing, or not a Keel.
+    """
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise ConfigurationError(f"--app must be MODULE:ATTRIBUTE, not {spec!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigurationError(f"cannot import {module_name!r} for app {spec!r}: {exc}") from exc
+    app = getattr(module, attribute, None)
+    if not isinstance(app, Keel):
+        raise ConfigurationError(f"{spec!r} is not a keel.runtime.Keel (got {type(app).__name__})")
+    return app

@@ -1,0 +1,304 @@
+"""Workers: claim ready tasks, run their handlers, keep their leases, write their outcomes.
+
+One worker runs up to ``concurrency`` attempts at once, beside four small loops:
+
+* **claim**: takes ready tasks whose names the app registers (each claim bumps the
+  task's fencing token), whenever a slot is free; woken at once when a slot frees up;
+* **heartbeat**: renews every running attempt's lease at a third of its length, from
+  outside the handlers; an attempt whose lease cannot be renewed is stopped (it fences
+  itself: it no longer owns the task);
+* **watch**: reads the status and fence of the running tasks every ``watch_interval``
+  and stops an attempt whose task was cancelled or taken over (cancels made through the
+  same app in this process stop it at once);
+* **recover**: returns tasks whose lease expired (a crashed or hung worker anywhere) to
+  the queue, or dead-letters them after their last attempt.
+
+Every write an attempt makes carries its fence, so a stopped or stale attempt's writes
+are refused by the store and change nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import secrets
+import socket
+import time
+from dataclasses import dataclass, field
+
+import anyio
+import anyio.abc
+
+from keel.errors import KeelError, LeaseLost, StoreError, TaskAlreadyTerminal, TaskNotFound
+from keel.model import INTERNAL_ERROR, JsonObject, Status, Task
+from keel.runtime.app import Keel, _listen
+from keel.runtime.context import Parked, TaskContext
+from keel.runtime.outcomes import (
+    TaskFailed,
+    ToolError,
+    backoff,
+    crash_error,
+    error_result,
+    tool_result,
+)
+
+__all__ = ["Worker"]
+
+log = logging.getLogger("keel.worker")
+
+CLAIM_INTERVAL = 0.5  # seconds between claims when the queue was empty
+WATCH_INTERVAL = 0.2  # seconds between cancellation checks of running tasks
+RECOVER_INTERVAL = 5.0  # seconds between sweeps for expired leases
+
+
+@dataclass(eq=False)
+class _Attempt:
+    task: Task
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    renewed: float = field(default_factory=time.monotonic)
+    stop_reason: str | None = None
+
+    def stop(self, reason: str) -> None:
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        self.scope.cancel()
+
+
+class Worker:
+    """Runs an app's tasks from its store.
+
+    Args:
+        app: the :class:`~keel.runtime.Keel` whose task names this worker claims.
+        concurrency: attempts run at once.
+        worker_id: how leases and history name this worker (default host:pid:random).
+    """
+
+    def __init__(
+        self,
+        app: Keel,
+        *,
+        concurrency: int = 4,
+        worker_id: str | None = None,
+        claim_interval: float = CLAIM_INTERVAL,
+        watch_interval: float = WATCH_INTERVAL,
+        recover_interval: float = RECOVER_INTERVAL,
+        rng: random.Random | None = None,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+        self.app = app
+        self.concurrency = concurrency
+        self.worker_id = (
+            worker_id or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(2)}"
+        )
+        self.claim_interval = claim_interval
+        self.watch_interval = watch_interval
+        self.recover_interval = recover_interval
+        # Jitter for retry backoff: spreading retries needs no cryptographic randomness.
+        self._rng = rng or random.Random()  # noqa: S311
+        self._running: dict[str, _Attempt] = {}
+        self._wake = anyio.Event()
+        self._stopping = False
+        self.started = anyio.Event()
+        """Set once the worker's loops run (tests and ``keel serve`` wait on it)."""
+
+    @property
+    def running(self) -> list[str]:
+        """Ids of the tasks this worker is running now."""
+        return list(self._running)
+
+    @property
+    def _lease(self) -> float:
+        return min((d.options.lease_seconds for d in self.app.tasks.values()), default=30.0)
+
+    def _poke(self) -> None:
+        self._wake.set()
+
+    def _cancelled_here(self, task_id: str) -> None:
+        attempt = self._running.get(task_id)
+        if attempt is not None:
+            attempt.stop("cancelled")
+
+    async def run(self, *, stop: anyio.Event | None = None) -> None:
+        """Run until ``stop`` is set (or the surrounding scope is cancelled).
+
+        On stop, running attempts are stopped and their tasks released (ready again at
+        once, without counting as a failed attempt).
+        """
+        names = sorted(self.app.tasks)
+        if not names:
+            raise KeelError("the app registers no tasks: nothing to run")
+        unlisten = _listen(self.app, self._cancelled_here)
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._claim_loop, tg, names)
+                tg.start_soon(self._heartbeat_loop)
+                tg.start_soon(self._watch_loop)
+                tg.start_soon(self._recover_loop)
+                self.started.set()
+                if stop is None:
+                    await anyio.sleep_forever()
+                else:
+                    await stop.wait()
+                self._stopping = True
+                for attempt in list(self._running.values()):
+                    attempt.stop("worker shutting down")
+                with anyio.fail_after(30):
+                    while self._running:
+                        self._wake = anyio.Event()
+                        await self._wake.wait()
+                tg.cancel_scope.cancel()
+        finally:
+            unlisten()
+
+    # --- loops -----------------------------------------------------------------------
+
+    async def _claim_loop(self, tg: anyio.abc.TaskGroup, names: list[str]) -> None:
+        store = self.app.store
+        while not self._stopping:
+            free = self.concurrency - len(self._running)
+            claimed: list[Task] = []
+            if free > 0:
+                try:
+                    claimed = list(
+                        await store.claim(
+                            names, worker=self.worker_id, lease_seconds=self._lease, limit=free
+                        )
+                    )
+                except StoreError as exc:
+                    log.warning("claim failed, retrying: %s", exc)
+            for task in claimed:
+                attempt = _Attempt(task)
+                self._running[task.task_id] = attempt
+                tg.start_soon(self._run_attempt, attempt)
+            if claimed and len(self._running) < self.concurrency:
+                continue  # there may be more ready right now
+            self._wake = anyio.Event()
+            with anyio.move_on_after(self.claim_interval):
+                await self._wake.wait()
+
+    async def _heartbeat_loop(self) -> None:
+        store = self.app.store
+        while True:
+            lease = self._lease
+            await anyio.sleep(lease / 3)
+            for task_id, attempt in list(self._running.items()):
+                try:
+                    await store.renew(task_id, fence=attempt.task.fence, lease_seconds=lease)
+                    attempt.renewed = time.monotonic()
+                except TaskAlreadyTerminal as exc:
+                    attempt.stop(f"task is {exc.task.status.value}")
+                except (LeaseLost, TaskNotFound) as exc:
+                    attempt.stop(str(exc))
+                except StoreError as exc:
+                    log.warning("cannot renew lease of %s: %s", task_id, exc)
+                    if time.monotonic() - attempt.renewed > lease:
+                        attempt.stop("lease could not be renewed before it expired")
+
+    async def _watch_loop(self) -> None:
+        store = self.app.store
+        while True:
+            await anyio.sleep(self.watch_interval)
+            if not self._running:
+                continue
+            try:
+                seen = await store.statuses(list(self._running))
+            except StoreError as exc:
+                log.warning("cannot watch running tasks: %s", exc)
+                continue
+            for task_id, attempt in list(self._running.items()):
+                status, fence = seen.get(task_id, (None, None))
+                if status is None:
+                    attempt.stop("task no longer exists")
+                elif status.terminal:
+                    attempt.stop(f"task is {status.value}")
+                elif fence != attempt.task.fence or status is not Status.WORKING:
+                    attempt.stop("task was taken over by another attempt")
+
+    async def _recover_loop(self) -> None:
+        store = self.app.store
+        while True:
+            try:
+                for task in await store.recover_expired():
+                    log.info(
+                        "recovered %s: now %s (attempt %s)",
+                        task.task_id,
+                        task.status.value,
+                        task.attempt,
+                    )
+                    self._poke()
+            except StoreError as exc:
+                log.warning("recovery sweep failed: %s", exc)
+            await anyio.sleep(self.recover_interval)
+
+    # --- one attempt -------------------------------------------------------------------
+
+    async def _run_attempt(self, attempt: _Attempt) -> None:
+        task = attempt.task
+        store = self.app.store
+        definition = self.app.definition(task.name or "")
+        options = definition.options
+        outcome: tuple[str, JsonObject | None] = ("stopped", None)
+        try:
+            with attempt.scope:
+                steps = await store.steps(task.task_id)
+                ctx = TaskContext(store, task, steps=steps, worker=self.worker_id)
+                deadline = anyio.CancelScope()
+                if options.deadline_seconds is not None:
+                    deadline.deadline = anyio.current_time() + options.deadline_seconds
+                try:
+                    with deadline:
+                        value = await definition.handler(ctx, **task.arguments)
+                except Parked:
+                    outcome = ("parked", None)
+                except ToolError as exc:
+                    outcome = ("complete", error_result(exc))
+                except TaskFailed as exc:
+                    outcome = ("fail", exc.error)
+                except (LeaseLost, TaskAlreadyTerminal, TaskNotFound) as exc:
+                    attempt.stop(str(exc))
+                except Exception as exc:
+                    log.warning("task %s attempt %s raised %r", task.task_id, task.attempt, exc)
+                    outcome = ("retry", crash_error(exc))
+                else:
+                    outcome = ("complete", tool_result(value))
+                if deadline.cancelled_caught:
+                    outcome = (
+                        "retry",
+                        {
+                            "code": INTERNAL_ERROR,
+                            "message": f"deadline of {options.deadline_seconds:g}s exceeded",
+                        },
+                    )
+            if attempt.scope.cancelled_caught or attempt.stop_reason is not None:
+                outcome = ("stopped", None)
+            with anyio.CancelScope(shield=True):
+                await self._finish(attempt, outcome)
+        finally:
+            self._running.pop(task.task_id, None)
+            self._poke()
+
+    async def _finish(self, attempt: _Attempt, outcome: tuple[str, JsonObject | None]) -> None:
+        task, (kind, payload) = attempt.task, outcome
+        store = self.app.store
+        options = self.app.definition(task.name or "").options
+        try:
+            if kind == "complete":
+                await store.complete(task.task_id, payload, fence=task.fence)
+            elif kind == "fail":
+                assert payload is not None
+                await store.fail(task.task_id, payload, fence=task.fence)
+            elif kind == "retry":
+                assert payload is not None
+                delay = backoff(
+                    task.attempt, base=options.retry_base, cap=options.retry_cap, rng=self._rng
+                )
+                await store.retry(task.task_id, payload, fence=task.fence, delay_seconds=delay)
+            elif kind == "stopped" and attempt.stop_reason == "worker shutting down":
+                await store.release(task.task_id, fence=task.fence, reason="worker shutting down")
+        except (LeaseLost, TaskAlreadyTerminal, TaskNotFound) as exc:
+            log.info("outcome of stale attempt on %s discarded: %s", task.task_id, exc)
+        except StoreError as exc:
+            # The lease will expire and recovery will run the task again.
+            log.warning("cannot record the outcome of %s: %s", task.task_id, exc)
