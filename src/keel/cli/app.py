@@ -16,6 +16,7 @@ import click
 from keel import __version__
 from keel.cli.common import KeelCliError, chosen_location, store_option
 from keel.cli.tasks import tasks
+from keel.cli.worker import worker
 from keel.errors import KeelError
 
 __all__ = ["cli", "main"]
@@ -58,6 +59,9 @@ def demo(ctx: click.Context) -> None:
 
 
 cli.add_command(tasks)
+
+
+cli.add_command(worker)
 
 
 def main() -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
+import sys
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
@@ -226,6 +228,8 @@ def load_app(spec: str) -> Keel:
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise ConfigurationError(f"--app must be MODULE:ATTRIBUTE, not {spec!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # `--app myproject.tasks:app` from the project folder
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:

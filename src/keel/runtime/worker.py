@@ -1,6 +1,6 @@
 """Workers: claim ready tasks, run their handlers, keep their leases, write their outcomes.
 
-One worker runs up to ``concurrency`` attempts at once, beside four small loops:
+One worker runs up to ``concurrency`` attempts at once, beside five small loops:
 
 * **claim**: takes ready tasks whose names the app registers (each claim bumps the
   task's fencing token), whenever a slot is free; woken at once when a slot frees up;
@@ -11,7 +11,8 @@ One worker runs up to ``concurrency`` attempts at once, beside four small loops:
   and stops an attempt whose task was cancelled or taken over (cancels made through the
   same app in this process stop it at once);
 * **recover**: returns tasks whose lease expired (a crashed or hung worker anywhere) to
-  the queue, or dead-letters them after their last attempt.
+  the queue, or dead-letters them after their last attempt;
+* **purge** (the sweeper): deletes finished tasks past their TTL, never a live one.
 
 Every write an attempt makes carries its fence, so a stopped or stale attempt's writes
 are refused by the store and change nothing.
@@ -50,6 +51,7 @@ log = logging.getLogger("keel.worker")
 CLAIM_INTERVAL = 0.5  # seconds between claims when the queue was empty
 WATCH_INTERVAL = 0.2  # seconds between cancellation checks of running tasks
 RECOVER_INTERVAL = 5.0  # seconds between sweeps for expired leases
+PURGE_INTERVAL = 60.0  # seconds between purges of finished tasks past their TTL
 
 
 @dataclass(eq=False)
@@ -83,18 +85,18 @@ class Worker:
         claim_interval: float = CLAIM_INTERVAL,
         watch_interval: float = WATCH_INTERVAL,
         recover_interval: float = RECOVER_INTERVAL,
+        purge_interval: float = PURGE_INTERVAL,
         rng: random.Random | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
         self.app = app
         self.concurrency = concurrency
-        self.worker_id = (
-            worker_id or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(2)}"
-        )
+        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(2)}"
         self.claim_interval = claim_interval
         self.watch_interval = watch_interval
         self.recover_interval = recover_interval
+        self.purge_interval = purge_interval
         # Jitter for retry backoff: spreading retries needs no cryptographic randomness.
         self._rng = rng or random.Random()  # noqa: S311
         self._running: dict[str, _Attempt] = {}
@@ -136,6 +138,7 @@ class Worker:
                 tg.start_soon(self._heartbeat_loop)
                 tg.start_soon(self._watch_loop)
                 tg.start_soon(self._recover_loop)
+                tg.start_soon(self._purge_loop)
                 self.started.set()
                 if stop is None:
                     await anyio.sleep_forever()
@@ -231,6 +234,19 @@ class Worker:
             except StoreError as exc:
                 log.warning("recovery sweep failed: %s", exc)
             await anyio.sleep(self.recover_interval)
+
+    async def _purge_loop(self) -> None:
+        # The sweeper: finished tasks past their TTL go, with their history and steps.
+        # The store never purges a live task, whatever its TTL: it lives until it ends.
+        store = self.app.store
+        while True:
+            await anyio.sleep(self.purge_interval)
+            try:
+                purged = await store.purge()
+                if purged:
+                    log.info("purged %d finished task(s) past their TTL", len(purged))
+            except StoreError as exc:
+                log.warning("purge failed: %s", exc)
 
     # --- one attempt -------------------------------------------------------------------
 
