@@ -371,6 +371,10 @@ class TxStore:
                 claimed.append(_apply(tx, task, change))
             return claimed
 
+        # Idle workers poll: look first with a read, which never queues for the write lock,
+        # and take the lock only when there is something to claim (the claim re-checks).
+        if not await self._run(lambda tx: tx.ready(wanted, self._now(), 1), write=False):
+            return []
         return await self._run(op, write=True)
 
     async def renew(self, task_id: str, *, fence: int, lease_seconds: float) -> Task:
