@@ -162,3 +162,8 @@ class TaskContext:
     async def status(self, message: str | None) -> None:
         """Show a progress line in the task's snapshot (``statusMessage`` over MCP)."""
         self._task = await self._store.set_status_message(self.task_id, message, fence=self.fence)
+
+    async def progress(self, done: int, total: int | None = None, message: str = "") -> None:
+        """Report progress as the status line: ``"[3/7] correlating deploys"``."""
+        count = f"[{done}/{total}]" if total is not None else f"[{done}]"
+        await self.status(f"{count} {message}".rstrip())
