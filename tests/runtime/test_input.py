@@ -182,11 +182,6 @@ async def test_declined_input_raises_input_declined(store: Store, action: str) -
     assert done.result["content"][0]["text"] == f"no answer to input-1: {action}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: InputDeclined builds its message as f'{action}d', so a cancelled request "
-    "reads 'was canceld by the user'",
-)
 async def test_cancelled_input_message_reads_well() -> None:
     """InputDeclined's message for a cancelled request says 'cancelled'."""
     assert (

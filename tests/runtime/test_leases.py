@@ -151,12 +151,6 @@ async def test_an_expired_lease_is_taken_over_and_the_stale_attempt_fenced_out(
     assert recovered[0].endswith("on attempt 1/3; retrying in 0s")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: when a worker re-claims a task it is still running (its own attempt's lease "
-    "expired), Worker._running[task_id] is overwritten: the stale attempt is never watched "
-    "or stopped, and its `finally` later pops the live attempt's entry",
-)
 async def test_a_worker_never_runs_two_attempts_of_one_task(
     sqlite_store: SqliteStore, clock: FakeClock
 ) -> None:
@@ -181,13 +175,6 @@ async def test_a_worker_never_runs_two_attempts_of_one_task(
         await settles(store, task.task_id)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: Worker._watch_loop reads statuses of the running tasks, awaits, then "
-    "iterates self._running again: an attempt claimed while the read was in flight is "
-    "missing from the answer and stopped as 'task no longer exists'; its task stays "
-    "leased until the lease expires and is charged an attempt",
-)
 async def test_an_attempt_claimed_during_a_watch_read_keeps_running(
     sqlite_store: SqliteStore,
 ) -> None:
@@ -272,11 +259,6 @@ async def test_an_attempt_within_its_deadline_is_not_disturbed(store: Store) -> 
     assert (done.status, done.attempt) == (Status.COMPLETED, 1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: when the deadline scope fires, the `else:` clause of Worker._run_attempt "
-    "runs tool_result(value) with `value` unbound: UnboundLocalError crashes the worker",
-)
 async def test_a_deadline_stops_a_hung_attempt_then_retries_and_fails(store: Store) -> None:
     """A hard deadline stops a hung attempt, which is retried, then failed naming the deadline."""
     app = Keel(store)
@@ -342,13 +324,6 @@ async def test_shutdown_gives_running_tasks_back_without_spending_an_attempt(
     assert sorted(effects) == ["prepared 0", "prepared 1", "prepared 2"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a claim that commits while the worker is stopping is still started "
-    "(Worker._claim_loop does not re-check _stopping), then run() cancels it without "
-    "release: the task stays leased by the stopped worker until the lease expires, and "
-    "recovery charges it an attempt (dead letter when it was the last)",
-)
 async def test_a_claim_in_flight_at_shutdown_is_given_back(sqlite_store: SqliteStore) -> None:
     """A claim committing during shutdown is given back unstarted; the worker stops promptly."""
     store = sqlite_store

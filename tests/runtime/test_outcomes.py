@@ -167,11 +167,6 @@ async def test_status_messages_show_in_the_snapshot(store: Store) -> None:
         assert (await settles(store, task.task_id)).status is Status.COMPLETED
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a non-JSON return value raises TypeError in Worker._run_attempt's `else:` "
-    "clause (outside the except clauses) and crashes the whole worker task group",
-)
 async def test_a_non_json_result_fails_the_task_not_the_worker(store: Store) -> None:
     """A handler returning something JSON cannot hold fails its task; the worker carries on."""
     app = Keel(store)
@@ -194,11 +189,6 @@ async def test_a_non_json_result_fails_the_task_not_the_worker(store: Store) -> 
     assert "JSON" in failed.error["message"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: PayloadTooLarge from store.complete escapes Worker._finish (which catches "
-    "only LeaseLost/TaskAlreadyTerminal/TaskNotFound/StoreError) and crashes the worker",
-)
 async def test_an_oversized_result_fails_the_task_not_the_worker(make_store: Any) -> None:
     """A result over the size limit fails its task with a clear error; the worker carries on."""
     store = make_store(limits=Limits(max_result_bytes=200))

@@ -111,10 +111,8 @@ async def test_threads_racing_to_claim_run_each_task_once(
 
         try:
             await anyio.to_thread.run_sync(partial(barrier.wait, WAIT))
-            # No watch loop: it would stop attempts claimed during its status read (the
-            # xfailed test_an_attempt_claimed_during_a_watch_read_keeps_running), and
-            # nothing here is cancelled or taken over.
-            w = worker(app, concurrency=2, worker_id=f"thread-{index}", watch_interval=60.0)
+            # The watch loop runs too: attempts claimed during its status read are not judged.
+            w = worker(app, concurrency=2, worker_id=f"thread-{index}")
             async with running(w):
                 await eventually(partial(_all_terminal, store, ids), "every task to end")
         finally:
@@ -335,8 +333,8 @@ async def test_processes_racing_to_claim_run_each_task_once(tmp_path: Path) -> N
             for n in range(TASKS)
         ]
         racers = Racers(tmp_path, db, ids)
-        # No watch loop (see the thread race above); leases long enough never to expire.
-        await racers.start(PROCESSES, lease=10.0, concurrency=2, watch=3600.0)
+        # Leases long enough never to expire; the watch loop polls as it would in production.
+        await racers.start(PROCESSES, lease=10.0, concurrency=2, watch=0.2)
         await racers.finish()
 
         lines = racers.lines()

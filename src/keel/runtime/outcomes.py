@@ -43,7 +43,8 @@ class InputDeclined(KeelError):
     """The user declined (or cancelled) an input request; a handler may catch it."""
 
     def __init__(self, key: str, action: str) -> None:
-        super().__init__(f"input request {key!r} was {action}d by the user")
+        done = {"decline": "declined", "cancel": "cancelled"}.get(action, action)
+        super().__init__(f"input request {key!r} was {done} by the user")
         self.key = key
         self.action = action
 

@@ -31,11 +31,19 @@ from dataclasses import dataclass, field
 import anyio
 import anyio.abc
 
-from keel.errors import KeelError, LeaseLost, StoreError, TaskAlreadyTerminal, TaskNotFound
+from keel.errors import (
+    InvalidPayload,
+    KeelError,
+    LeaseLost,
+    StoreError,
+    TaskAlreadyTerminal,
+    TaskNotFound,
+)
 from keel.model import INTERNAL_ERROR, JsonObject, Status, Task
 from keel.runtime.app import Keel, _listen
 from keel.runtime.context import Parked, TaskContext
 from keel.runtime.outcomes import (
+    InputDeclined,
     TaskFailed,
     ToolError,
     backoff,
@@ -43,6 +51,7 @@ from keel.runtime.outcomes import (
     error_result,
     tool_result,
 )
+from keel.store import Store
 
 __all__ = ["Worker"]
 
@@ -102,6 +111,7 @@ class Worker:
         self._running: dict[str, _Attempt] = {}
         self._wake = anyio.Event()
         self._stopping = False
+        self._claims_done = anyio.Event()
         self.started = anyio.Event()
         """Set once the worker's loops run (tests and ``keel serve`` wait on it)."""
 
@@ -109,6 +119,11 @@ class Worker:
     def running(self) -> list[str]:
         """Ids of the tasks this worker is running now."""
         return list(self._running)
+
+    @property
+    def stopping(self) -> bool:
+        """Whether the worker was told to stop (it claims nothing more)."""
+        return self._stopping
 
     @property
     def _lease(self) -> float:
@@ -145,6 +160,11 @@ class Worker:
                 else:
                     await stop.wait()
                 self._stopping = True
+                self._poke()
+                with anyio.fail_after(30):
+                    # A claim in flight finishes first (and gives back what it got), so no
+                    # task is left leased by a worker that is gone.
+                    await self._claims_done.wait()
                 for attempt in list(self._running.values()):
                     attempt.stop("worker shutting down")
                 with anyio.fail_after(30):
@@ -159,6 +179,12 @@ class Worker:
 
     async def _claim_loop(self, tg: anyio.abc.TaskGroup, names: list[str]) -> None:
         store = self.app.store
+        try:
+            await self._claims(tg, names, store)
+        finally:
+            self._claims_done.set()
+
+    async def _claims(self, tg: anyio.abc.TaskGroup, names: list[str], store: Store) -> None:
         while not self._stopping:
             free = self.concurrency - len(self._running)
             claimed: list[Task] = []
@@ -172,14 +198,28 @@ class Worker:
                 except StoreError as exc:
                     log.warning("claim failed, retrying: %s", exc)
             for task in claimed:
+                if self.stopping:  # the claim committed as we stopped: give it straight back
+                    await self._release(task, "worker shutting down")
+                    continue
+                stale = self._running.get(task.task_id)
+                if stale is not None:  # our own earlier attempt lost its lease: stop it
+                    stale.stop("task was taken over by another attempt")
                 attempt = _Attempt(task)
                 self._running[task.task_id] = attempt
                 tg.start_soon(self._run_attempt, attempt)
             if claimed and len(self._running) < self.concurrency:
                 continue  # there may be more ready right now
+            if self.stopping:
+                break
             self._wake = anyio.Event()
             with anyio.move_on_after(self.claim_interval):
                 await self._wake.wait()
+
+    async def _release(self, task: Task, reason: str) -> None:
+        try:
+            await self.app.store.release(task.task_id, fence=task.fence, reason=reason)
+        except KeelError as exc:
+            log.info("could not release %s: %s", task.task_id, exc)
 
     async def _heartbeat_loop(self) -> None:
         store = self.app.store
@@ -187,8 +227,9 @@ class Worker:
             lease = self._lease
             await anyio.sleep(lease / 3)
             for task_id, attempt in list(self._running.items()):
+                own = self.app.definition(attempt.task.name or "").options.lease_seconds
                 try:
-                    await store.renew(task_id, fence=attempt.task.fence, lease_seconds=lease)
+                    await store.renew(task_id, fence=attempt.task.fence, lease_seconds=own)
                     attempt.renewed = time.monotonic()
                 except TaskAlreadyTerminal as exc:
                     attempt.stop(f"task is {exc.task.status.value}")
@@ -196,21 +237,22 @@ class Worker:
                     attempt.stop(str(exc))
                 except StoreError as exc:
                     log.warning("cannot renew lease of %s: %s", task_id, exc)
-                    if time.monotonic() - attempt.renewed > lease:
+                    if time.monotonic() - attempt.renewed > own:
                         attempt.stop("lease could not be renewed before it expired")
 
     async def _watch_loop(self) -> None:
         store = self.app.store
         while True:
             await anyio.sleep(self.watch_interval)
-            if not self._running:
+            watched = dict(self._running)  # attempts claimed during the read are not judged
+            if not watched:
                 continue
             try:
-                seen = await store.statuses(list(self._running))
+                seen = await store.statuses(list(watched))
             except StoreError as exc:
                 log.warning("cannot watch running tasks: %s", exc)
                 continue
-            for task_id, attempt in list(self._running.items()):
+            for task_id, attempt in watched.items():
                 status, fence = seen.get(task_id, (None, None))
                 if status is None:
                     attempt.stop("task no longer exists")
@@ -266,10 +308,17 @@ class Worker:
                 try:
                     with deadline:
                         value = await definition.handler(ctx, **task.arguments)
+                    if deadline.cancelled_caught:
+                        outcome = ("retry", _deadline_error(options.deadline_seconds))
+                    else:
+                        outcome = ("complete", tool_result(value))
                 except Parked:
                     outcome = ("parked", None)
                 except ToolError as exc:
                     outcome = ("complete", error_result(exc))
+                except InputDeclined as exc:
+                    # The user said no; asking again on a retry would get the same answer.
+                    outcome = ("complete", error_result(ToolError(str(exc))))
                 except TaskFailed as exc:
                     outcome = ("fail", exc.error)
                 except (LeaseLost, TaskAlreadyTerminal, TaskNotFound) as exc:
@@ -277,22 +326,13 @@ class Worker:
                 except Exception as exc:
                     log.warning("task %s attempt %s raised %r", task.task_id, task.attempt, exc)
                     outcome = ("retry", crash_error(exc))
-                else:
-                    outcome = ("complete", tool_result(value))
-                if deadline.cancelled_caught:
-                    outcome = (
-                        "retry",
-                        {
-                            "code": INTERNAL_ERROR,
-                            "message": f"deadline of {options.deadline_seconds:g}s exceeded",
-                        },
-                    )
             if attempt.scope.cancelled_caught or attempt.stop_reason is not None:
                 outcome = ("stopped", None)
             with anyio.CancelScope(shield=True):
                 await self._finish(attempt, outcome)
         finally:
-            self._running.pop(task.task_id, None)
+            if self._running.get(task.task_id) is attempt:
+                del self._running[task.task_id]
             self._poke()
 
     async def _finish(self, attempt: _Attempt, outcome: tuple[str, JsonObject | None]) -> None:
@@ -315,6 +355,18 @@ class Worker:
                 await store.release(task.task_id, fence=task.fence, reason="worker shutting down")
         except (LeaseLost, TaskAlreadyTerminal, TaskNotFound) as exc:
             log.info("outcome of stale attempt on %s discarded: %s", task.task_id, exc)
+        except InvalidPayload as exc:
+            # A result the store cannot hold (not JSON, too large): the task fails, saying so.
+            log.warning("result of %s cannot be stored: %s", task.task_id, exc)
+            error = {"code": INTERNAL_ERROR, "message": f"the result could not be stored: {exc}"}
+            try:
+                await store.fail(task.task_id, error, fence=task.fence)
+            except KeelError as again:
+                log.warning("cannot record the failure of %s: %s", task.task_id, again)
         except StoreError as exc:
             # The lease will expire and recovery will run the task again.
             log.warning("cannot record the outcome of %s: %s", task.task_id, exc)
+
+
+def _deadline_error(seconds: float | None) -> JsonObject:
+    return {"code": INTERNAL_ERROR, "message": f"deadline of {seconds:g}s exceeded"}
