@@ -21,10 +21,9 @@ What ``ctx.step`` can honestly promise, and what this test proves, is:
 * attempts never overlap (no effect of an older fence after one of a newer fence) and
   no effect is made outside a lease the history shows;
 * history explains every retry: each attempt but the last ended with the recovery of
-  an expired lease held by a worker this test killed, and attempt numbers count them.
-  One exception is tolerated, narrowly: a live worker that stopped an attempt right
-  after claiming it, before it did anything (the bug ``test_worker_watch_race.py``
-  pins; under CPU load it shows up about once in a few runs).
+  an expired lease held by a worker this test killed, and attempt numbers count them
+  (a live worker never loses a lease: this once caught the watch-loop race that
+  ``test_worker_watch_race.py`` now guards).
 """
 
 from __future__ import annotations
@@ -156,19 +155,10 @@ def check_task(
     assert [c.attempt for c in claims] == list(range(1, len(claims) + 1)), (
         f"{task_id}: every attempt number counts one recovery: {history}"
     )
-    for claim in claims[:-1]:  # ended by recovery: a worker this test killed …
-        if claim.worker in run.killed:
-            run.interrupting.add(claim.worker)
-            stats["attempts_interrupted"] += 1
-            continue
-        # … or a live worker whose watch loop stopped the attempt right after its claim:
-        # the known bug pinned by test_worker_watch_race.py (it stops a task claimed
-        # during its status read). Allowed only in that shape: the attempt did nothing at
-        # all. A live worker losing a lease in any other way (a starved heartbeat) fails.
-        # Drop this allowance when that bug is fixed.
-        ran = [e for e in effects if e["fence"] == claim.fence]
-        assert not ran, f"{task_id}: a live worker lost its lease mid-attempt: {history}"
-        stats["attempts_stopped_by_watch_race"] += 1
+    for claim in claims[:-1]:  # ended by recovery: only a worker this test killed
+        assert claim.worker in run.killed, f"{task_id}: a live worker lost its lease: {history}"
+        run.interrupting.add(claim.worker)
+        stats["attempts_interrupted"] += 1
     stats["tasks_retried"] += len(claims) > 1
 
     # Every step recorded once; the result is built from the recorded values (replay).
@@ -229,11 +219,10 @@ async def test_killed_workers_finish_every_task_once_and_replay_recorded_steps(
     repeated effect happened only when a killed attempt had made it but not committed
     it (the last thing that attempt did, at most once per killed attempt); attempts
     never overlapped; every effect was made under a lease the history shows; and
-    history explains every retry as the recovery of a killed worker's lease (save the
-    known watch-race stop, see the module docstring), with attempt numbers counting
-    them. The kills must have interrupted attempts (two thirds of them at least), and
-    the repeat window must have been hit at least once, or the run proved nothing about
-    it. Seeded (``KEEL_CRASH_SEED``) and quoted on failure.
+    history explains every retry as the recovery of a killed worker's lease, with
+    attempt numbers counting them. The kills must have interrupted attempts (two thirds
+    of them at least), and the repeat window must have been hit at least once, or the
+    run proved nothing about it. Seeded (``KEEL_CRASH_SEED``) and quoted on failure.
     """
     rng = random.Random(SEED)
     schedule = [(rng.randrange(WORKERS), rng.uniform(*KILL_DELAY)) for _ in range(KILLS)]

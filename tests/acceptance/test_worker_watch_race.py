@@ -1,16 +1,15 @@
-"""The race behind the one way a live ``keel worker`` lost a lease in the crash test.
+"""Regression: a task claimed while the watch loop's status read is in flight keeps running.
 
-Under CPU load, ``test_worker_crash`` saw a worker that was never killed claim a task,
-run none of it, and leave its lease to expire (recovered with ``attempt + 1``). The
-cause is in ``Worker._watch_loop``: it reads the statuses of the tasks running when the
-read starts, then checks every task running when the read returns. A task claimed
-during that read is missing from the answer and is stopped as "task no longer exists":
-its handler is cancelled, nothing is written, and the task stays leased to a worker that
-no longer runs it until the lease expires. With ``max_attempts=1`` that dead-letters a
-task that never failed.
-
-Here the interleaving is forced, in one process: a store wrapper holds the watch loop's
-read until a second task has been claimed and started.
+Under CPU load, ``test_worker_crash`` once saw a worker that was never killed claim a
+task, run none of it, and leave its lease to expire (recovered with ``attempt + 1``).
+The cause was ``Worker._watch_loop``: it read the statuses of the tasks running when the
+read started, then judged every task running when the read returned, so a task claimed
+during the read was missing from the answer and stopped as "task no longer exists": its
+handler cancelled, nothing written, the task leased to a worker no longer running it
+until the lease expired (with ``max_attempts=1``, a dead letter for a task that never
+failed). Fixed in the worker (the loop judges only what it read); this test forces the
+interleaving in one process: a store wrapper holds the watch loop's read until a second
+task has been claimed and started.
 """
 
 from __future__ import annotations
@@ -57,17 +56,11 @@ class HeldStatuses:
         return seen
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="BUG: Worker._watch_loop stops a task claimed while its statuses read was in "
-    "flight ('task no longer exists'); the task stays leased, unrun, until recovery",
-)
 async def test_task_claimed_during_a_watch_read_keeps_running(tmp_path: Path) -> None:
     """Task A runs; the watch loop's read of A's status is held; meanwhile task B is
     claimed and its handler starts; the read is released. B must keep running: the
     answer said nothing about B, so it is no evidence that B was cancelled or taken
-    over. (With the bug, B's handler is cancelled at once and B stays leased.)"""
+    over. (With the bug, B's handler was cancelled at once and B stayed leased.)"""
     store = HeldStatuses(SqliteStore(tmp_path / "keel.db"))
     app = Keel(store)  # type: ignore[arg-type]  # duck-typed: a wrapper of a real store
     started: set[str] = set()
