@@ -49,7 +49,11 @@ def worker(
         level=logging.INFO if verbose else logging.WARNING,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
+    if ":" not in app_spec or app_spec.startswith(":") or app_spec.endswith(":"):
+        raise click.BadParameter(f"must be MODULE:ATTR, not {app_spec!r}", param_hint="--app")
     app = load_app(app_spec)
+    if not app.tasks:
+        raise KeelCliError(f"app {app_spec} registers no tasks: there is nothing to run")
     # --store or $KEEL_STORE win; otherwise the app's own store (default keel-data/keel.db).
     state = ctx.find_object(CliState)
     if (state is not None and state.store) or os.environ.get(ENV_VAR):
@@ -57,6 +61,7 @@ def worker(
         app.use_store(location.url or str(location.path))
     if app.location is not None and parse_location(app.location).kind == "memory":
         raise KeelCliError("keel worker cannot use memory://: no other process could see its tasks")
+    app.store  # noqa: B018 - open the store now: one clear error if it cannot be opened
     runner = Worker(app, concurrency=concurrency, worker_id=worker_id)
 
     async def run() -> None:

@@ -59,7 +59,7 @@ log = logging.getLogger("keel.worker")
 
 CLAIM_INTERVAL = 0.5  # seconds between claims when the queue was empty
 WATCH_INTERVAL = 0.2  # seconds between cancellation checks of running tasks
-RECOVER_INTERVAL = 5.0  # seconds between sweeps for expired leases
+RECOVER_INTERVAL = 0.5  # seconds between sweeps for expired leases (a read when none)
 PURGE_INTERVAL = 60.0  # seconds between purges of finished tasks past their TTL
 
 
@@ -146,6 +146,7 @@ class Worker:
         names = sorted(self.app.tasks)
         if not names:
             raise KeelError("the app registers no tasks: nothing to run")
+        self.app.store  # noqa: B018 - open it now: a store that cannot open fails here, once
         unlisten = _listen(self.app, self._cancelled_here)
         try:
             async with anyio.create_task_group() as tg:
@@ -226,19 +227,24 @@ class Worker:
         while True:
             lease = self._lease
             await anyio.sleep(lease / 3)
-            for task_id, attempt in list(self._running.items()):
-                own = self.app.definition(attempt.task.name or "").options.lease_seconds
-                try:
-                    await store.renew(task_id, fence=attempt.task.fence, lease_seconds=own)
-                    attempt.renewed = time.monotonic()
-                except TaskAlreadyTerminal as exc:
-                    attempt.stop(f"task is {exc.task.status.value}")
-                except (LeaseLost, TaskNotFound) as exc:
-                    attempt.stop(str(exc))
-                except StoreError as exc:
-                    log.warning("cannot renew lease of %s: %s", task_id, exc)
-                    if time.monotonic() - attempt.renewed > own:
-                        attempt.stop("lease could not be renewed before it expired")
+            # Renewed together, so that the store commits them as one group (one fsync).
+            async with anyio.create_task_group() as renewals:
+                for task_id, attempt in list(self._running.items()):
+                    renewals.start_soon(self._renew, store, task_id, attempt)
+
+    async def _renew(self, store: Store, task_id: str, attempt: _Attempt) -> None:
+        own = self.app.definition(attempt.task.name or "").options.lease_seconds
+        try:
+            await store.renew(task_id, fence=attempt.task.fence, lease_seconds=own)
+            attempt.renewed = time.monotonic()
+        except TaskAlreadyTerminal as exc:
+            attempt.stop(f"task is {exc.task.status.value}")
+        except (LeaseLost, TaskNotFound) as exc:
+            attempt.stop(str(exc))
+        except StoreError as exc:
+            log.warning("cannot renew lease of %s: %s", task_id, exc)
+            if time.monotonic() - attempt.renewed > own:
+                attempt.stop("lease could not be renewed before it expired")
 
     async def _watch_loop(self) -> None:
         store = self.app.store

@@ -443,6 +443,9 @@ class TxStore:
                 for task in tx.expired(now, min(max(limit, 0), MAX_CLAIM_BATCH))
             ]
 
+        # Every worker sweeps often; a read first keeps an idle sweep off the write lock.
+        if not await self._run(lambda tx: tx.expired(self._now(), 1), write=False):
+            return []
         return await self._run(op, write=True)
 
     async def reclaim(self, timeout_seconds: float) -> Sequence[Reclaimed]:
