@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import signal
 import statistics
@@ -47,6 +46,7 @@ from typing import Any, TypeVar
 
 import anyio
 
+from _report import print_targets, write_results
 from keel.model import InputRequest, Status, Task
 from keel.runtime import Keel, TaskContext, Worker
 from keel.store import SqliteStore
@@ -670,30 +670,16 @@ def main() -> None:
         _progress(f"memory: {r.memory['vmhwm_mib']} MiB")
     report(r)
     checks = targets(r)
-    print()
-    for check in checks:
-        print(f"  [{'ok' if check['ok'] else 'MISS'}] {check['target']}: {check['measured']}")
+    print_targets(checks)
     elapsed = time.monotonic() - started
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(
-        json.dumps(
-            {
-                "benchmark": "runtime_bench",
-                "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                "machine": {
-                    "python": sys.version.split()[0],
-                    "platform": platform.platform(),
-                    "cpus": os.cpu_count(),
-                },
-                "args": vars(args),
-                "lease_s": LEASE,
-                "elapsed_s": round(elapsed, 1),
-                "results": asdict(r),
-                "targets": checks,
-            },
-            indent=2,
-        )
+    out = write_results(
+        args.out,
+        "runtime_bench",
+        args,
+        lease_s=LEASE,
+        elapsed_s=round(elapsed, 1),
+        results=asdict(r),
+        targets=checks,
     )
     print(f"\nwrote {out} ({elapsed:.0f} s)")
 

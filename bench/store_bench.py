@@ -23,8 +23,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -34,6 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from _report import print_targets, write_results
 from keel.model import DEFAULT_INPUT_KEY, InputRequest, Status, Task
 from keel.store import SqliteStore, open_store
 from keel.store.base import TxStore
@@ -353,27 +352,9 @@ def main() -> None:
     print()
     _print(rows)
     checks = _targets(rows)
-    print()
-    for check in checks:
-        print(f"  [{'ok' if check['ok'] else 'MISS'}] {check['target']}: {check['measured']}")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(
-        json.dumps(
-            {
-                "benchmark": "store_bench",
-                "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                "machine": {
-                    "python": sys.version.split()[0],
-                    "platform": platform.platform(),
-                    "cpus": os.cpu_count(),
-                },
-                "args": vars(args),
-                "rows": [asdict(r) for r in rows],
-                "targets": checks,
-            },
-            indent=2,
-        )
+    print_targets(checks)
+    out = write_results(
+        args.out, "store_bench", args, rows=[asdict(r) for r in rows], targets=checks
     )
     print(f"\nwrote {out}")
 

@@ -6,6 +6,8 @@ to SQLite (by default) or PostgreSQL before anyone is told about them.
 
 import typing as _typing
 
+from keel import errors as _errors  # pure and light: imported at once
+
 if _typing.TYPE_CHECKING:
     from keel.errors import (
         ConfigurationError,
@@ -55,23 +57,7 @@ __all__ = [
 # Names load on first use (PEP 562), so that `keel --help` and every short CLI command do
 # not pay for importing the whole library.
 _HOMES = {
-    **dict.fromkeys(
-        [
-            "ConfigurationError",
-            "IdempotencyConflict",
-            "ImportFailed",
-            "InputRejected",
-            "InvalidPayload",
-            "InvalidTransition",
-            "KeelError",
-            "LeaseLost",
-            "PayloadTooLarge",
-            "StoreError",
-            "TaskAlreadyTerminal",
-            "TaskNotFound",
-        ],
-        "keel.errors",
-    ),
+    **dict.fromkeys(_errors.__all__, "keel.errors"),
     "TaskSnapshot": "keel.facade",
     "TaskStore": "keel.facade",
     **dict.fromkeys(["Event", "InputRequest", "Reclaimed", "Status", "Task"], "keel.model"),

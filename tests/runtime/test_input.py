@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from keel.errors import InputRejected, InvalidPayload
-from keel.model import Status
+from keel.model import Status, Task
 from keel.runtime import InputDeclined, Keel, TaskContext
-from keel.store import Store
+from keel.store import MemoryStore, Store
 
 from .support import APPROVAL, SERVICE, eventually, parks, running, settles, worker
 
@@ -269,3 +269,12 @@ async def test_except_exception_does_not_swallow_parking(store: Store) -> None:
         await store.provide_input(task.task_id, {"input-1": {"service": "payments"}})
         done = await settles(store, task.task_id)
     assert done.result["content"][0]["text"] == "payments"
+
+
+async def test_step_key_is_stable_across_runs_of_a_task() -> None:
+    """ctx.step_key(name) is the same on every run of a task's step, and differs by step."""
+    task = Task("t-1", Status.WORKING, "", "job", {}, 0.0, 0.0)
+    first = TaskContext(MemoryStore(), task, steps={}, worker="w1")
+    again = TaskContext(MemoryStore(), task, steps={}, worker="w2")
+    assert first.step_key("charge") == again.step_key("charge") == "t-1/charge"
+    assert first.step_key("charge") != first.step_key("refund")

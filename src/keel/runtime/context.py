@@ -91,6 +91,15 @@ class TaskContext:
     def owner(self) -> str:
         return self._task.owner
 
+    def step_key(self, name: str) -> str:
+        """A key that is the same on every run of step ``name`` of this task.
+
+        ``fn`` runs at least once: a crash after its side effect and before its result is
+        committed runs it again. Pass this key to an external API that deduplicates by
+        idempotency key, and the effect happens once.
+        """
+        return f"{self.task_id}/{name}"
+
     async def step(self, name: str, fn: Callable[..., T | Awaitable[T]], *args: Any) -> T:
         """Run ``fn(*args)`` once per task and checkpoint its JSON result.
 
