@@ -205,7 +205,7 @@ def test_show_json_includes_history(db):
     """show --json is the snapshot plus its history entries (at, from, to, reason, actor)."""
     task = waiting(db)
     data = json.loads(keel("tasks", "show", task.task_id, "--json", "--store", str(db)).stdout)
-    assert set(data) == SNAPSHOT_FIELDS | {"history"}
+    assert set(data) == SNAPSHOT_FIELDS | {"history", "steps"}
     [event] = data["history"]
     assert set(event) == {"at", "from", "to", "reason", "actor"}
     assert (event["from"], event["to"]) == (None, "input_required")
@@ -344,3 +344,20 @@ def test_version():
     from keel import __version__
 
     assert keel("--version").stdout.strip() == f"keel, version {__version__}"
+
+
+def test_show_lists_checkpointed_steps(db):
+    """show prints a task's checkpointed steps, and --json has them under "steps"."""
+
+    async def prepare(store: Store) -> str:
+        task = await store.create(name="job")
+        [lease] = await store.claim(["job"], worker="w1", lease_seconds=30)
+        await store.save_step(task.task_id, "load-incident", {"id": "INC-7"}, fence=lease.fence)
+        return task.task_id
+
+    task_id = on_store(db, prepare)
+    text = keel("--store", str(db), "tasks", "show", task_id).stdout
+    assert "load-incident" in text
+    assert "INC-7" in text
+    data = json.loads(keel("--store", str(db), "tasks", "show", task_id, "--json").stdout)
+    assert data["steps"] == {"load-incident": {"id": "INC-7"}}

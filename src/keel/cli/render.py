@@ -7,7 +7,7 @@ fields, never rename or remove them. Times are seconds since the epoch, as store
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
 import click
@@ -34,8 +34,12 @@ _STATUS_COLOURS = {
 }
 
 
-def task_to_json(task: Task, history: Sequence[Event] | None = None) -> JsonObject:
-    """Every field of the task, with stable names; ``history`` too when given."""
+def task_to_json(
+    task: Task,
+    history: Sequence[Event] | None = None,
+    steps: Mapping[str, JsonValue] | None = None,
+) -> JsonObject:
+    """Every field of the task, with stable names; ``history`` and ``steps`` when given."""
     data: JsonObject = {
         "task_id": task.task_id,
         "status": task.status.value,
@@ -66,6 +70,8 @@ def task_to_json(task: Task, history: Sequence[Event] | None = None) -> JsonObje
     }
     if history is not None:
         data["history"] = [event_to_json(e) for e in history]
+    if steps is not None:
+        data["steps"] = dict(steps)
     return data
 
 
@@ -167,8 +173,11 @@ def task_table(tasks: Sequence[Task]) -> str:
     return "\n".join(lines)
 
 
-def show_lines(task: Task, history: Sequence[Event]) -> list[str]:
-    """``keel tasks show``: every field of the task, then its history, for people."""
+def show_lines(
+    task: Task, history: Sequence[Event], steps: Mapping[str, JsonValue] | None = None
+) -> list[str]:
+    """``keel tasks show``: every field of the task, its checkpointed steps, then its
+    history, for people."""
     lines = [
         f"task            {task.task_id}",
         f"status          {status_text(task.status)}",
@@ -210,6 +219,15 @@ def show_lines(task: Task, history: Sequence[Event]) -> list[str]:
         lines += _value_lines("result          ", task.result)
     if task.error is not None:
         lines += _value_lines("error           ", task.error)
+    return lines + _steps_and_history(steps or {}, history)
+
+
+def _steps_and_history(steps: Mapping[str, JsonValue], history: Sequence[Event]) -> list[str]:
+    lines = []
+    if steps:
+        lines.append("steps (checkpointed results; not run again)")
+        for name, value in steps.items():
+            lines += _value_lines(f"  {name}: ", value, "    ")
     lines.append("history")
     for event in history:
         source = "(new)" if event.from_status is None else event.from_status.value

@@ -106,15 +106,15 @@ def list_tasks(ctx: click.Context, status: str | None, as_json: bool, limit: int
 def show(ctx: click.Context, task_id: str, as_json: bool) -> None:
     """Show every field of task ID, its input requests and answers, and its history."""
 
-    async def op(store: Store) -> tuple[Task, list[Event]]:
+    async def op(store: Store) -> tuple[Task, list[Event], dict[str, JsonValue]]:
         task = await store.get(task_id)
-        return task, list(await store.history(task_id))
+        return task, list(await store.history(task_id)), dict(await store.steps(task_id))
 
-    task, history = run_with_store(ctx, op)
+    task, history, steps = run_with_store(ctx, op)
     if as_json:
-        click.echo(dump_json(task_to_json(task, history)))
+        click.echo(dump_json(task_to_json(task, history, steps)))
     else:
-        click.echo("\n".join(show_lines(task, history)))
+        click.echo("\n".join(show_lines(task, history, steps)))
 
 
 @tasks.command("cancel", short_help="Cancel a waiting or running task.")
