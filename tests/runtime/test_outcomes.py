@@ -8,8 +8,11 @@ TaskFailed -> ``failed`` with that error at once; anything else -> retried with 
 from __future__ import annotations
 
 import random
+import threading
 from typing import Any
 
+import anyio
+import anyio.to_thread
 import pytest
 
 from contract.support import FakeClock
@@ -210,3 +213,38 @@ async def test_an_oversized_result_fails_the_task_not_the_worker(make_store: Any
     assert failed.status is Status.FAILED
     assert failed.error is not None
     assert "limit" in failed.error["message"]
+
+
+async def test_a_blocking_step_does_not_stall_the_worker(store: Store) -> None:
+    """A plain step function runs in a thread: while it blocks, the same worker's event
+    loop still runs another task to completion; then the step finishes and is recorded."""
+    app = Keel(store)
+    gate = threading.Event()
+    entered = threading.Event()
+
+    def crunch() -> dict[str, int]:
+        entered.set()
+        if not gate.wait(30):  # bounded: a hung test fails instead of hanging
+            raise TimeoutError("the gate never opened")
+        return {"spans": 1_000_000}
+
+    @app.task("slow")
+    async def slow(ctx: TaskContext) -> dict[str, int]:
+        return await ctx.step("crunch", crunch)
+
+    @app.task("quick")
+    async def quick(ctx: TaskContext) -> str:
+        return "done"
+
+    async with running(worker(app, concurrency=2)):
+        first = await app.submit("slow")
+        with anyio.fail_after(10):
+            await anyio.to_thread.run_sync(entered.wait)
+        second = await app.submit("quick")
+        assert (await settles(store, second.task_id)).status is Status.COMPLETED
+        assert (await store.get(first.task_id)).status is Status.WORKING  # still in its step
+        gate.set()
+        done = await settles(store, first.task_id)
+    assert done.status is Status.COMPLETED
+    assert done.result["structuredContent"] == {"spans": 1_000_000}
+    assert await store.steps(first.task_id) == {"crunch": {"spans": 1_000_000}}

@@ -8,9 +8,12 @@ through the context is replayed, not redone: ``step`` returns the recorded resul
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
+
+import anyio.to_thread
 
 from keel.errors import InvalidPayload
 from keel.model import DECLINED, InputRequest, JsonObject, JsonValue, Task
@@ -103,6 +106,9 @@ class TaskContext:
     async def step(self, name: str, fn: Callable[..., T | Awaitable[T]], *args: Any) -> T:
         """Run ``fn(*args)`` once per task and checkpoint its JSON result.
 
+        ``fn`` may be ``async``; a plain function runs in a worker thread (so a long
+        computation does not hold up the worker's heartbeats and other tasks).
+
         On a later run of the handler (after a crash, or after input), the recorded result
         is returned and ``fn`` is not called. The result must be JSON.
 
@@ -114,13 +120,21 @@ class TaskContext:
         if name in self._steps:
             recorded: T = self._steps[name]  # the JSON this step returned the first time
             return recorded
-        value = fn(*args)
-        if inspect.isawaitable(value):
-            value = await value
+        value: Any
+        if inspect.iscoroutinefunction(fn):
+            value = await fn(*args)
+        else:
+            # A plain function runs in a worker thread, so that a long computation does
+            # not stall this worker's event loop: its heartbeats, cancellation checks and
+            # other attempts keep running meanwhile.
+            value = await anyio.to_thread.run_sync(functools.partial(fn, *args))
+            if inspect.isawaitable(value):
+                value = await value
         await self._store.save_step(self.task_id, name, value, fence=self.fence)
         self._steps[name] = value
         self.step_calls.append(name)
-        return value
+        result: T = value
+        return result
 
     async def elicit(
         self, message: str, schema: Mapping[str, Any], *, key: str | None = None
