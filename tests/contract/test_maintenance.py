@@ -520,3 +520,15 @@ async def test_close_twice_is_safe(store):
     await store.create()
     await store.close()
     await store.close()
+
+
+async def test_a_task_finishing_after_its_ttl_is_kept_ttl_after_it_finished(store, clock):
+    """A task that outlives its ttl is not purged when it ends: it is kept ttl after that."""
+    task = await store.create(ttl=60)
+    clock.advance(600)  # still working, long past created_at + ttl
+    assert await store.purge() == []
+    done = await store.complete(task.task_id, {"ok": True})
+    assert done.expires_at == clock.now + 60
+    assert await store.purge() == []  # the client can still read the outcome
+    clock.advance(61)
+    assert await store.purge() == [task.task_id]

@@ -424,7 +424,12 @@ async def test_the_purge_loop_never_deletes_live_tasks(store: Store, clock: Fake
         assert alive["flaky"].status is Status.WORKING
 
         await store.provide_input(ids["ask"], {"input-1": {"service": "payments"}})
-        await eventually(lambda: gone(ids["ask"]), "the answered task to end and be purged")
+        answered = await settles(store, ids["ask"])
+        # It outlived its ttl, so it is kept ttl after it finished, for its client to read.
+        assert answered.expires_at == answered.updated_at + ttl
+        assert await store.purge() == []
+        clock.advance(ttl + 1)
+        await eventually(lambda: gone(ids["ask"]), "the answered task to be purged")
         assert (await store.get(ids["hang"])).status is Status.WORKING
 
 

@@ -116,8 +116,19 @@ class Task:
 
     @property
     def expires_at(self) -> float | None:
-        """When a finished task may be purged, or None if it is kept."""
-        return None if self.ttl is None else self.created_at + self.ttl
+        """When the task's record may be purged, or None if it is kept for good.
+
+        ``ttl`` counts from creation, but never runs out under a live task: a task that is
+        still waiting or working keeps its record, and one that finishes after its ttl is
+        kept for ``ttl`` after it finished, so its client can still read the outcome. (A
+        finished task is never written again, so ``updated_at`` is when it finished.)
+        """
+        if self.ttl is None:
+            return None
+        expiry = self.created_at + self.ttl
+        if self.status.terminal and self.updated_at > expiry:
+            return self.updated_at + self.ttl  # finished late: kept ttl after it finished
+        return expiry
 
 
 @dataclass(frozen=True, slots=True)
