@@ -1,0 +1,138 @@
+"""Keel tasks as the MCP tasks extension puts them on the wire (SEP-2663, 2026-07-28).
+
+Pure functions, no I/O and no SDK: the server extension calls them, and they are tested
+against the spec's shapes directly.
+
+* ``tasks/get`` answers a *detailed task*: ``taskId``, ``status``, ``statusMessage``,
+  ``createdAt`` / ``lastUpdatedAt`` (ISO 8601), ``ttlMs`` (integer or null),
+  ``pollIntervalMs``, and by status ``inputRequests`` (outstanding ones only),
+  ``result`` or ``error``;
+* ``tools/call`` answers a flat ``CreateTaskResult``: the same, with ``resultType: "task"``;
+* ``tasks/update`` carries ``inputResponses``: elicitation results, ``{action, content}``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from keel.errors import InvalidPayload
+from keel.model import JsonObject, Status, Task
+
+__all__ = [
+    "TASKS_EXTENSION",
+    "create_task_result",
+    "detailed_task",
+    "input_from_wire",
+    "iso8601",
+    "ttl_ms",
+]
+
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+"""The extension's identifier, under ``capabilities.extensions``."""
+
+
+def iso8601(seconds: float) -> str:
+    """Seconds since the epoch as ISO 8601 in UTC, to the millisecond: ``…T10:30:00.000Z``."""
+    moment = datetime.fromtimestamp(seconds, tz=UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def ttl_ms(task: Task, now: float) -> int | None:
+    """``ttlMs``: how long after creation the record may be deleted; null when kept for good.
+
+    A live task keeps its record whatever its ttl, so past its ttl the reported value
+    grows with it (the spec lets ``ttlMs`` change over a task's life): a ttl from now,
+    the earliest it could then expire. A finished task reports when it really expires.
+    """
+    if task.ttl is None:
+        return None
+    expires = task.expires_at
+    assert expires is not None
+    if not task.status.terminal and now > expires:
+        # It may still finish now, and would then be kept a ttl from now (Task.expires_at).
+        expires = now + task.ttl
+    return max(0, math.ceil((expires - task.created_at) * 1000))
+
+
+def detailed_task(task: Task, *, now: float, poll_interval: float) -> JsonObject:
+    """The ``tasks/get`` result body (without ``resultType``, which the server stamps)."""
+    wire: JsonObject = {
+        "taskId": task.task_id,
+        "status": task.status.value,
+        "createdAt": iso8601(task.created_at),
+        "lastUpdatedAt": iso8601(task.updated_at),
+        "ttlMs": ttl_ms(task, now),
+        "pollIntervalMs": max(1, round(poll_interval * 1000)),
+    }
+    if task.status_message:
+        wire["statusMessage"] = task.status_message
+    if task.status is Status.INPUT_REQUIRED:
+        wire["inputRequests"] = {
+            key: {
+                "method": "elicitation/create",
+                "params": {
+                    "mode": "form",
+                    "message": request.message,
+                    "requestedSchema": request.schema,
+                },
+            }
+            for key, request in task.pending_input.items()
+        }
+    elif task.status is Status.COMPLETED:
+        wire["result"] = _tool_result(task.result)
+    elif task.status is Status.FAILED:
+        wire["error"] = dict(task.error or {"code": -32603, "message": "failed"})
+    return wire
+
+
+def create_task_result(task: Task, *, now: float, poll_interval: float) -> JsonObject:
+    """The flat ``CreateTaskResult`` a ``tools/call`` answers with."""
+    return {"resultType": "task", **detailed_task(task, now=now, poll_interval=poll_interval)}
+
+
+def _tool_result(result: Any) -> JsonObject:
+    # Runtime tasks store a CallToolResult already; a task finished through the store's
+    # own API may hold any JSON, which goes out as text (and as structured content when
+    # it is an object).
+    if isinstance(result, Mapping) and isinstance(result.get("content"), list):
+        return dict(result)
+    wrapped: JsonObject = {
+        "content": [{"type": "text", "text": json.dumps(result, ensure_ascii=False)}],
+        "isError": False,
+    }
+    if isinstance(result, Mapping):
+        wrapped["structuredContent"] = dict(result)
+    return wrapped
+
+
+def input_from_wire(responses: Any) -> tuple[dict[str, Any], dict[str, str]]:
+    """Split ``inputResponses`` into accepted answers and declined keys.
+
+    Each response is an elicitation result: ``{"action": "accept", "content": {…}}``,
+    or ``{"action": "decline" | "cancel"}``. Returns ``(answers, declined)`` ready for
+    :meth:`keel.store.Store.provide_input`.
+
+    Raises:
+        InvalidPayload: not an object of objects, or an unknown action, naming the key.
+    """
+    if not isinstance(responses, Mapping):
+        raise InvalidPayload("inputResponses must be an object keyed by input request")
+    answers: dict[str, Any] = {}
+    declined: dict[str, str] = {}
+    for key, response in responses.items():
+        if not isinstance(response, Mapping):
+            raise InvalidPayload(f"inputResponses[{key!r}] must be an elicitation result object")
+        action = response.get("action")
+        if action == "accept":
+            answers[key] = response.get("content", {})
+        elif action in {"decline", "cancel"}:
+            declined[key] = str(action)
+        else:
+            raise InvalidPayload(
+                f"inputResponses[{key!r}].action must be accept, decline or cancel, not {action!r}"
+            )
+    return answers, declined
