@@ -1,0 +1,260 @@
+"""The tasks extension for the official SDK's ``MCPServer``: Keel tasks as MCP tasks.
+
+``TasksExtension(app)`` exposes an app's registered tasks as tools and serves
+``tasks/get``, ``tasks/update`` and ``tasks/cancel`` (SEP-2663, 2026-07-28); a lifespan
+(``keel_lifespan``) runs the app's workers in the server process::
+
+    app = Keel("sqlite:///keel-data/keel.db")
+    server = MCPServer("bridge", extensions=[TasksExtension(app)], lifespan=keel_lifespan(app))
+
+A client that declared the extension gets a ``CreateTaskResult`` as soon as the task is
+committed (durable creation). One that did not gets the result inline for
+``task_mode="optional"`` tasks (the task is still created durably and the call waits for
+it), and ``-32021`` for ``task_mode="required"`` ones.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import inspect
+import time
+import typing
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any
+
+import anyio
+from mcp.server import MCPServer, ServerRequestContext
+from mcp.server.context import CallNext, HandlerResult
+from mcp.server.extension import Extension, MethodBinding, ToolBinding
+from mcp.server.mcpserver import authenticated_principal, require_client_extension
+from mcp.server.mcpserver.tools import Tool
+from mcp.shared.exceptions import MCPError
+from mcp.shared.inbound import MCP_NAME_HEADER, decode_header_value
+from mcp_types import HEADER_MISMATCH, INVALID_PARAMS, CallToolRequestParams, RequestParams
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from keel.errors import (
+    InvalidPayload,
+    InvalidTransition,
+    TaskNotFound,
+)
+from keel.mcp.wire import TASKS_EXTENSION, create_task_result, detailed_task, input_from_wire
+from keel.model import INTERNAL_ERROR, Status, Task
+from keel.model.validation import validate_input
+from keel.runtime import Keel, TaskDefinition, Worker
+
+__all__ = ["TasksExtension", "keel_lifespan"]
+
+MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
+NOT_FOUND = "Failed to retrieve task: Task not found"
+INLINE_POLL = 0.05  # seconds between reads while a call waits for its task inline
+
+
+class TaskIdParams(RequestParams):
+    task_id: str
+
+
+class UpdateTaskParams(TaskIdParams):
+    # Not the SDK's typed InputResponses: answers to keys that are not outstanding must be
+    # ignored, not refused before the handler runs; each answer is checked here instead.
+    input_responses: dict[str, Any]
+
+
+def _owner(ctx: ServerRequestContext[Any, Any]) -> str:
+    """The task owner: the authenticated principal, "" on unauthenticated servers (where
+    the unguessable task id is the bearer secret)."""
+    principal = authenticated_principal(ctx) or ""
+    if len(principal) > 200:
+        return "sha256:" + hashlib.sha256(principal.encode()).hexdigest()
+    return principal
+
+
+def _declared(ctx: ServerRequestContext[Any, Any]) -> bool:
+    capabilities = ctx.session.client_capabilities
+    extensions = capabilities.extensions if capabilities is not None else None
+    return ctx.protocol_version in MODERN and bool(extensions and TASKS_EXTENSION in extensions)
+
+
+def _check_name_header(ctx: ServerRequestContext[Any, Any], task_id: str) -> None:
+    # The SDK checks Mcp-Name only for tools/call, prompts/get and resources/read.
+    request = ctx.request  # HTTP only; stdio and in-process calls carry no headers
+    if request is None:
+        return
+    if decode_header_value(request.headers.get(MCP_NAME_HEADER)) != task_id:
+        raise MCPError(code=HEADER_MISMATCH, message="Mcp-Name header does not match params.taskId")
+
+
+def _tool_for(definition: TaskDefinition) -> ToolBinding:
+    """A tool whose signature is the handler's without its context: tools/list shows the
+    handler's arguments; the call itself is always answered by the extension."""
+    handler = definition.handler
+    signature = inspect.signature(handler)
+    parameters = list(signature.parameters.values())[1:]
+    hints = typing.get_type_hints(handler)
+
+    async def tool(**arguments: Any) -> Any:  # pragma: no cover - intercepted
+        raise RuntimeError("answered by the Keel tasks extension")
+
+    tool.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+    tool.__annotations__ = {p.name: hints[p.name] for p in parameters if p.name in hints}
+    tool.__name__ = definition.name
+    tool.__doc__ = definition.options.description
+    return ToolBinding(
+        tool,
+        kwargs={
+            "name": definition.name,
+            "description": definition.options.description,
+            # Results are whatever the handler returned (see keel.runtime.outcomes), not a
+            # value wrapped to match a generated output schema.
+            "structured_output": False,
+        },
+    )
+
+
+def _arguments_schema(definition: TaskDefinition, binding: ToolBinding) -> dict[str, Any]:
+    """The schema arguments are checked against: the task's own, else the one tools/list
+    shows (derived from the handler's signature)."""
+    if definition.options.input_schema is not None:
+        return definition.options.input_schema
+    return Tool.from_function(binding.fn, name=definition.name).parameters
+
+
+class TasksExtension(Extension):
+    """``io.modelcontextprotocol/tasks`` over a Keel app."""
+
+    identifier = TASKS_EXTENSION
+
+    def __init__(self, app: Keel) -> None:
+        self.app = app
+        self._bindings = {name: _tool_for(d) for name, d in app.tasks.items()}
+        self._schemas = {
+            name: _arguments_schema(app.tasks[name], binding)
+            for name, binding in self._bindings.items()
+        }
+
+    def settings(self) -> dict[str, Any]:
+        return {}
+
+    def tools(self) -> list[ToolBinding]:
+        return list(self._bindings.values())
+
+    def methods(self) -> list[MethodBinding]:
+        return [
+            MethodBinding("tasks/get", TaskIdParams, self._get, protocol_versions=MODERN),
+            MethodBinding("tasks/update", UpdateTaskParams, self._update, protocol_versions=MODERN),
+            MethodBinding("tasks/cancel", TaskIdParams, self._cancel, protocol_versions=MODERN),
+        ]
+
+    def _poll_interval(self, task: Task) -> float:
+        definition = self.app.tasks.get(task.name or "")
+        return definition.options.poll_interval if definition else 1.0
+
+    def _wire(self, task: Task) -> dict[str, Any]:
+        return detailed_task(task, now=time.time(), poll_interval=self._poll_interval(task))
+
+    async def _lookup(self, ctx: ServerRequestContext[Any, Any], task_id: str) -> Task:
+        require_client_extension(ctx, TASKS_EXTENSION)
+        _check_name_header(ctx, task_id)
+        try:
+            # Unknown, purged and another principal's tasks answer the same.
+            return await self.app.store.get(task_id, owner=_owner(ctx))
+        except TaskNotFound:
+            raise MCPError(code=INVALID_PARAMS, message=NOT_FOUND) from None
+
+    async def _get(self, ctx: ServerRequestContext[Any, Any], params: TaskIdParams) -> Any:
+        return self._wire(await self._lookup(ctx, params.task_id))
+
+    async def _update(self, ctx: ServerRequestContext[Any, Any], params: UpdateTaskParams) -> Any:
+        task = await self._lookup(ctx, params.task_id)
+        pending = task.pending_input
+        outstanding = {k: v for k, v in params.input_responses.items() if k in pending}
+        if not outstanding or task.status is not Status.INPUT_REQUIRED:
+            return {}  # nothing outstanding is answered: an empty ack, as the spec asks
+        try:
+            answers, declined = input_from_wire(outstanding)
+            await self.app.store.provide_input(
+                task.task_id, answers, owner=task.owner, declined=declined
+            )
+        except InvalidPayload as exc:  # InputRejected names the field; the request stays
+            raise MCPError(code=INVALID_PARAMS, message=str(exc)) from exc
+        except InvalidTransition:
+            pass  # it ended or moved on meanwhile: the ack is eventually consistent
+        return {}
+
+    async def _cancel(self, ctx: ServerRequestContext[Any, Any], params: TaskIdParams) -> Any:
+        task = await self._lookup(ctx, params.task_id)
+        with contextlib.suppress(InvalidTransition):  # already finished: the same empty ack
+            await self.app.cancel(task.task_id, reason="tasks/cancel", owner=task.owner)
+        return {}
+
+    async def intercept_tool_call(
+        self,
+        params: CallToolRequestParams,
+        ctx: ServerRequestContext[Any, Any],
+        call_next: CallNext,
+    ) -> HandlerResult:
+        definition = self.app.tasks.get(params.name)
+        if definition is None:
+            return await call_next(ctx)
+        declared = _declared(ctx)
+        if not declared and definition.options.task_mode == "required":
+            require_client_extension(ctx, TASKS_EXTENSION)
+        arguments = dict(params.arguments or {})
+        try:
+            schema = self._schemas.get(definition.name)
+            if schema is not None:
+                validate_input("(new task)", "arguments", schema, arguments)
+            task = await self.app.submit(definition.name, arguments, owner=_owner(ctx))
+        except InvalidPayload as exc:
+            raise MCPError(code=INVALID_PARAMS, message=str(exc)) from exc
+        if declared:
+            # Committed before this answer leaves: the handle is durable when it arrives.
+            return create_task_result(
+                task, now=time.time(), poll_interval=definition.options.poll_interval
+            )
+        return await self._inline(task)
+
+    async def _inline(self, task: Task) -> HandlerResult:
+        """Wait for a task whose client cannot poll, and answer its result inline."""
+        store = self.app.store
+        while not task.status.terminal:
+            if task.status is Status.INPUT_REQUIRED:
+                raise MCPError(
+                    code=INTERNAL_ERROR,
+                    message=f"task {task.task_id} needs input, which only a client that "
+                    f"declares {TASKS_EXTENSION} can give",
+                )
+            await anyio.sleep(INLINE_POLL)
+            task = await store.get(task.task_id)
+        if task.status is Status.COMPLETED:
+            return {"resultType": "complete", **self._wire(task)["result"]}
+        if task.status is Status.FAILED and task.error:
+            raise MCPError(
+                code=task.error["code"], message=task.error["message"], data=task.error.get("data")
+            )
+        raise MCPError(code=INTERNAL_ERROR, message=f"task {task.task_id} was cancelled")
+
+
+def keel_lifespan(
+    app: Keel, *, concurrency: int = 4, run_workers: bool = True
+) -> Callable[[MCPServer[Any]], AbstractAsyncContextManager[dict[str, Any]]]:
+    """A ``MCPServer(lifespan=…)`` that runs the app's workers in the server process."""
+
+    @asynccontextmanager
+    async def lifespan(_server: MCPServer[Any]) -> AsyncIterator[dict[str, Any]]:
+        if not run_workers or not app.tasks:
+            yield {}
+            return
+        worker = Worker(app, concurrency=concurrency)
+        stop = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: worker.run(stop=stop))
+            await worker.started.wait()
+            try:
+                yield {"keel_worker": worker}
+            finally:
+                stop.set()
+
+    return lifespan
