@@ -9,6 +9,7 @@ import pytest
 
 from keel import (
     IdempotencyConflict,
+    InputRejected,
     InputRequest,
     InvalidPayload,
     Status,
@@ -337,3 +338,31 @@ async def test_tuples_come_back_as_lists(store):
     task = await store.create(arguments={"t": (1, 2)})
     assert task.arguments == {"t": [1, 2]}
     assert (await store.get(task.task_id)).arguments == {"t": [1, 2]}
+
+
+async def test_create_with_answers_starts_working_with_them(store):
+    """Input given with the create (asked before the task existed) is validated and stored;
+    with every request answered the task starts working."""
+    task = await store.create(
+        name="job",
+        input_requests={"input": ask()},
+        input_responses={"input": {"service": "payments"}},
+    )
+    assert task.status is Status.WORKING
+    assert task.input_responses == {"input": {"service": "payments"}}
+    assert task.pending_input == {}
+
+
+async def test_create_with_a_bad_answer_creates_nothing(store):
+    """An answer given with the create that violates its schema, or answers no request,
+    is refused and no task is created."""
+    await refused(
+        store,
+        InputRejected,
+        lambda: store.create(input_requests={"input": ask()}, input_responses={"input": {}}),
+    )
+    await refused(
+        store,
+        InvalidPayload,
+        lambda: store.create(input_requests={"input": ask()}, input_responses={"other": {}}),
+    )

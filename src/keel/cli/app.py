@@ -15,6 +15,7 @@ import click
 
 from keel import __version__
 from keel.cli.common import KeelCliError, chosen_location, store_option
+from keel.cli.serve import serve
 from keel.cli.tasks import tasks
 from keel.cli.worker import worker
 from keel.errors import KeelError
@@ -62,6 +63,7 @@ cli.add_command(tasks)
 
 
 cli.add_command(worker)
+cli.add_command(serve)
 
 
 def main() -> None:

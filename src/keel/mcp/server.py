@@ -32,7 +32,13 @@ from mcp.server.mcpserver import authenticated_principal, require_client_extensi
 from mcp.server.mcpserver.tools import Tool
 from mcp.shared.exceptions import MCPError
 from mcp.shared.inbound import MCP_NAME_HEADER, decode_header_value
-from mcp_types import HEADER_MISMATCH, INVALID_PARAMS, CallToolRequestParams, RequestParams
+from mcp_types import (
+    HEADER_MISMATCH,
+    INVALID_PARAMS,
+    CallToolRequestParams,
+    InputRequiredResult,
+    RequestParams,
+)
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from keel.errors import (
@@ -121,6 +127,32 @@ def _arguments_schema(definition: TaskDefinition, binding: ToolBinding) -> dict[
     return Tool.from_function(binding.fn, name=definition.name).parameters
 
 
+def _ask_first(
+    definition: TaskDefinition, params: CallToolRequestParams
+) -> InputRequiredResult | dict[str, Any]:
+    """The task's ask-first input: the answers if the call carries them all, else the
+    synchronous input-required result that asks for the missing ones (MRTR)."""
+    asked = definition.options.ask_first or {}
+    given = params.input_responses or {}
+    answers: dict[str, Any] = {}
+    missing: dict[str, Any] = {}
+    for key, (message, schema) in asked.items():
+        response = given.get(key)
+        action = getattr(response, "action", None)
+        if response is None:
+            missing[key] = {
+                "method": "elicitation/create",
+                "params": {"mode": "form", "message": message, "requestedSchema": schema},
+            }
+        elif action != "accept":
+            raise MCPError(code=INVALID_PARAMS, message=f"input {key!r} was {action}: cannot start")
+        else:
+            answers[key] = getattr(response, "content", None) or {}
+    if missing:
+        return InputRequiredResult(input_requests=missing, request_state="keel:ask-first")
+    return answers
+
+
 class TasksExtension(Extension):
     """``io.modelcontextprotocol/tasks`` over a Keel app."""
 
@@ -202,11 +234,19 @@ class TasksExtension(Extension):
         if not declared and definition.options.task_mode == "required":
             require_client_extension(ctx, TASKS_EXTENSION)
         arguments = dict(params.arguments or {})
+        answers: dict[str, Any] | None = None
+        if definition.options.ask_first:
+            asked = _ask_first(definition, params)
+            if isinstance(asked, InputRequiredResult):
+                return asked
+            answers = asked
         try:
             schema = self._schemas.get(definition.name)
             if schema is not None:
                 validate_input("(new task)", "arguments", schema, arguments)
-            task = await self.app.submit(definition.name, arguments, owner=_owner(ctx))
+            task = await self.app.submit(
+                definition.name, arguments, owner=_owner(ctx), answers=answers
+            )
         except InvalidPayload as exc:
             raise MCPError(code=INVALID_PARAMS, message=str(exc)) from exc
         if declared:

@@ -176,11 +176,15 @@ def new_task(
     ttl: float | None,
     max_attempts: int,
     actor: str,
+    input_responses: Mapping[str, JsonValue] | None = None,
     limits: Limits = DEFAULT_LIMITS,
 ) -> Change:
-    """A new task: ``input_required`` if it starts with input requests, else ``working``.
+    """A new task: ``input_required`` if it starts with unanswered input requests, else
+    ``working``. ``input_responses`` answers some of them at once (input asked for before
+    the task existed, such as an MCP client's synchronous answers); each is validated.
 
     Raises:
+        InputRejected: an answer that violates its request's schema.
         InvalidPayload: arguments not a JSON object, a bad schema, key, ttl or max_attempts.
         PayloadTooLarge: arguments over the limit.
     """
@@ -198,23 +202,34 @@ def new_task(
     if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
         raise InvalidPayload(f"max_attempts must be an integer >= 1, not {max_attempts!r}")
     requests = _check_requests(input_requests or {}, limits)
+    answered: dict[str, JsonValue] = {}
+    for key, raw in (input_responses or {}).items():
+        if key not in requests:
+            raise InvalidPayload(f"input {key!r} answers no input request of the new task")
+        _, value = normalize(raw, f"input {key!r}", limits.max_input_bytes)
+        validate_input(task_id, key, requests[key].schema, value)
+        answered[key] = value
+    pending = {k: r for k, r in requests.items() if k not in answered}
     task = Task(
         task_id=task_id,
-        status=IR if requests else W,
+        status=IR if pending else W,
         owner=owner,
         name=name,
         arguments=args,
         created_at=now,
         updated_at=now,
         input_requests=requests,
+        input_responses=answered,
         idempotency_key=idempotency_key,
         max_attempts=max_attempts,
         ready_at=now,
         ttl=ttl,
-        status_message=_first_message(requests),
+        status_message=_first_message(pending),
         request_digest=request_digest(name, args, requests),
     )
-    why = f"created; waiting for input {_keys(requests)}" if requests else "created"
+    why = f"created; waiting for input {_keys(pending)}" if pending else "created"
+    if answered:
+        why += f" (input {_keys(answered)} given with it)"
     return Change(task, _event(None, task, now, why, actor))
 
 

@@ -10,8 +10,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from keel.errors import ConfigurationError
-from keel.model import JsonObject, JsonValue, Task
+from keel.errors import ConfigurationError, InvalidPayload
+from keel.model import InputRequest, JsonObject, JsonValue, Task
 from keel.model.validation import check_key, check_schema, validate_input
 from keel.store import Clock, Store, open_store
 from keel.store.locations import parse_location, resolve_location
@@ -45,6 +45,10 @@ class TaskOptions:
     retry_base: float = 1.0  # seconds before the second attempt (then doubling, jittered)
     retry_cap: float = 60.0  # seconds at most between attempts
     description: str | None = None
+    ask_first: Mapping[str, tuple[str, JsonObject]] | None = None
+    """Input the caller must give before the task is created, by key: (message, schema).
+    Over MCP it is asked synchronously (an input-required result); the handler reads the
+    answers with ``ctx.elicit(…, key=KEY)``, which returns at once."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +120,7 @@ class Keel:
         retry_base: float = 1.0,
         retry_cap: float = 60.0,
         description: str | None = None,
+        ask_first: Mapping[str, tuple[str, Mapping[str, Any]]] | None = None,
     ) -> Callable[[H], H]:
         """Register ``async def handler(ctx, **arguments)`` as the task ``name``.
 
@@ -149,6 +154,14 @@ class Keel:
                     retry_base=retry_base,
                     retry_cap=retry_cap,
                     description=description or inspect.getdoc(handler),
+                    ask_first=(
+                        None
+                        if not ask_first
+                        else {
+                            key: (message, check_schema(schema, f"ask_first[{key!r}]"))
+                            for key, (message, schema) in ask_first.items()
+                        }
+                    ),
                 ),
             )
             return registered
@@ -169,8 +182,11 @@ class Keel:
         *,
         owner: str = "",
         idempotency_key: str | None = None,
+        answers: Mapping[str, JsonValue] | None = None,
     ) -> Task:
         """Create a task for a worker to run; its arguments are checked first.
+
+        ``answers`` are the task's ``ask_first`` input, given with it (validated).
 
         Raises:
             ConfigurationError: no such task is registered.
@@ -181,6 +197,13 @@ class Keel:
         args = dict(arguments or {})
         definition.check_arguments(args)
         options = definition.options
+        requests = {
+            key: InputRequest(message, schema)
+            for key, (message, schema) in (options.ask_first or {}).items()
+        }
+        missing = [key for key in requests if key not in (answers or {})]
+        if missing:
+            raise InvalidPayload(f"task {name!r} needs input {missing[0]!r} before it starts")
         return await self.store.create(
             name=name,
             arguments=args,
@@ -188,6 +211,8 @@ class Keel:
             idempotency_key=idempotency_key,
             ttl=options.ttl_seconds,
             max_attempts=options.max_attempts,
+            input_requests=requests or None,
+            input_responses={k: (answers or {})[k] for k in requests} or None,
         )
 
     async def cancel(

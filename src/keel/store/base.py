@@ -250,6 +250,7 @@ class TxStore:
         ttl: float | None = None,
         max_attempts: int = 1,
         actor: str = "client",
+        input_responses: Mapping[str, JsonValue] | None = None,
     ) -> Task:
         if not isinstance(owner, str):
             raise InvalidPayload(f"owner must be a string, not {owner!r}")
@@ -267,6 +268,7 @@ class TxStore:
                 ttl=ttl,
                 max_attempts=max_attempts,
                 actor=actor,
+                input_responses=input_responses,
                 limits=self.limits,
             )
             if idempotency_key is not None:

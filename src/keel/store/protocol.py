@@ -43,10 +43,13 @@ class Store(Protocol):
         ttl: float | None = None,
         max_attempts: int = 1,
         actor: str = "client",
+        input_responses: Mapping[str, JsonValue] | None = None,
     ) -> Task:
         """Create a task, or return the one already bound to ``(owner, idempotency_key)``.
 
-        It starts ``input_required`` if ``input_requests`` are given, else ``working``.
+        It starts ``input_required`` if ``input_requests`` are given, else ``working``;
+        ``input_responses`` answers some of them at once (validated; all answered ->
+        ``working``).
 
         ``ttl`` and ``max_attempts`` are options of the first create: a repeat with other
         values returns the task as it was created.
