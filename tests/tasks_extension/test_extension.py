@@ -212,3 +212,19 @@ async def test_unknown_tasks_and_invalid_arguments_are_minus_32602(
         with pytest.raises(MCPError) as info:
             await client.session.call_tool("quick", {"n": "not a number"}, allow_claimed=True)
         assert info.value.code == -32602
+
+
+async def test_the_client_extension_resolves_a_task_to_its_result(
+    server: MCPServer[Any],
+) -> None:
+    """With keel.mcp.client's extension, call_tool on a task tool polls the task and returns
+    the final CallToolResult; a domain error comes back with isError."""
+    from keel.mcp.client import TasksClientExtension
+
+    async with Client(server, extensions=[TasksClientExtension()]) as client:
+        with anyio.fail_after(WAIT):
+            result = await client.call_tool("quick", {"n": 5})
+            refused = await client.call_tool("refuse", {})
+    assert result.structured_content == {"n": 10}
+    assert refused.is_error
+    assert "no such incident" in refused.content[0].text

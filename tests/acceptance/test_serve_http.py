@@ -1,0 +1,170 @@
+"""keel serve over real HTTP with the official client, the server SIGKILLed and restarted
+between the steps of a task's life: the task id keeps working."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+from mcp_types import Result
+
+from keel.mcp.client import (
+    CancelTask,
+    Created,
+    Detailed,
+    GetTask,
+    TaskIdParams,
+    UpdateParams,
+    UpdateTask,
+)
+from keel.mcp.client import TasksClientExtension as Tasks
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+KEEL = Path(sys.executable).parent / "keel"
+WAIT = 20.0  # seconds for any one step
+
+
+def free_port() -> int:
+    """A free TCP port on the loopback interface."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    """``keel serve --app conformance`` as a real process, killed and restarted at will."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.port = free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [
+                str(KEEL),
+                "serve",
+                "--app",
+                "conformance",
+                "--port",
+                str(self.port),
+                "--store",
+                str(self.folder / "keel.db"),
+            ],
+            cwd=self.folder,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env={**os.environ, "KEEL_STORE": ""},
+        )
+
+    async def ready(self) -> None:
+        with anyio.fail_after(WAIT):
+            while True:
+                try:
+                    with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                        return
+                except OSError:
+                    await anyio.sleep(0.05)
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=WAIT)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=WAIT)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    """A running keel serve, stopped at the end of the test."""
+    running = Server(tmp_path)
+    running.start()
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+async def restart(server: Server) -> None:
+    """The routine deploy: SIGKILL the server, start a new process on the same store."""
+    server.kill()
+    server.start()
+    await server.ready()
+
+
+async def status(url: str, task_id: str) -> dict[str, Any]:
+    """tasks/get from a fresh client (a client may restart too)."""
+    async with Client(url, extensions=[Tasks()]) as client:
+        task = await client.session.send_request(
+            GetTask(params=TaskIdParams(task_id=task_id)), Detailed
+        )
+        return task.model_dump(by_alias=True)
+
+
+async def until(url: str, task_id: str, wanted: str) -> dict[str, Any]:
+    """Poll until the task has status ``wanted`` (bounded)."""
+    with anyio.fail_after(WAIT):
+        while True:
+            task = await status(url, task_id)
+            if task["status"] == wanted:
+                return task
+            await anyio.sleep(0.1)
+
+
+async def test_a_task_survives_server_kills_between_every_step(server: Server) -> None:
+    """create -> input_required -> (kill) -> update -> (kill) -> completed, one task id."""
+    await server.ready()
+    async with Client(server.url, extensions=[Tasks()]) as client:
+        created = await client.session.call_tool(
+            "confirm_delete", {"filename": "incident.log"}, allow_claimed=True
+        )
+    assert isinstance(created, Created)
+    waiting = await until(server.url, created.task_id, "input_required")
+    [key] = waiting["inputRequests"]
+
+    await restart(server)
+    assert (await status(server.url, created.task_id))["status"] == "input_required"
+    async with Client(server.url, extensions=[Tasks()]) as client:
+        answer = {key: {"action": "accept", "content": {"confirm": True}}}
+        await client.session.send_request(
+            UpdateTask(params=UpdateParams(task_id=created.task_id, input_responses=answer)),
+            Result,
+        )
+
+    await restart(server)
+    done = await until(server.url, created.task_id, "completed")
+    assert done["result"]["content"][0]["text"] == "deleted incident.log"
+
+
+async def test_cancel_while_running_over_http(server: Server) -> None:
+    """tasks/cancel over HTTP settles a running task to cancelled."""
+    await server.ready()
+    async with Client(server.url, extensions=[Tasks()]) as client:
+        created = await client.session.call_tool(
+            "slow_compute", {"seconds": 60, "label": "long"}, allow_claimed=True
+        )
+        await until(server.url, created.task_id, "working")
+        await client.session.send_request(
+            CancelTask(params=TaskIdParams(task_id=created.task_id)), Result
+        )
+    await until(server.url, created.task_id, "cancelled")
