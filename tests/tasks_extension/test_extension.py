@@ -7,19 +7,26 @@ not declare the extension; -32021 / -32602 error paths.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import anyio
 import pytest
 from mcp import Client
-from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
 from mcp.server import MCPServer
 from mcp.shared.exceptions import MCPError
-from mcp_types import CallToolResult, Request, RequestParams, Result
-from pydantic import ConfigDict
+from mcp_types import Result
 
+from keel.mcp.client import (
+    CancelTask,
+    Created,
+    Detailed,
+    GetTask,
+    TaskIdParams,
+    UpdateParams,
+    UpdateTask,
+)
+from keel.mcp.client import TasksClientExtension as Tasks
 from keel.mcp.server import TasksExtension, keel_lifespan
-from keel.mcp.wire import TASKS_EXTENSION
 from keel.runtime import Keel, TaskContext, ToolError
 from keel.store import SqliteStore
 
@@ -27,56 +34,6 @@ pytestmark = pytest.mark.anyio
 WAIT = 10.0  # seconds any one flow may take
 
 SERVICE = {"type": "object", "required": ["service"], "properties": {"service": {"type": "string"}}}
-
-
-class TaskIdParams(RequestParams):
-    task_id: str
-
-
-class UpdateParams(TaskIdParams):
-    input_responses: dict[str, Any]
-
-
-class GetTask(Request[TaskIdParams, Literal["tasks/get"]]):
-    method: Literal["tasks/get"] = "tasks/get"
-    params: TaskIdParams
-    name_param = "taskId"
-
-
-class CancelTask(Request[TaskIdParams, Literal["tasks/cancel"]]):
-    method: Literal["tasks/cancel"] = "tasks/cancel"
-    params: TaskIdParams
-    name_param = "taskId"
-
-
-class UpdateTask(Request[UpdateParams, Literal["tasks/update"]]):
-    method: Literal["tasks/update"] = "tasks/update"
-    params: UpdateParams
-    name_param = "taskId"
-
-
-class Created(Result):
-    model_config = ConfigDict(extra="allow")
-    result_type: Literal["task"] = "task"
-    task_id: str
-    status: str
-
-
-class Detailed(Result):
-    model_config = ConfigDict(extra="allow")
-    task_id: str
-    status: str
-
-
-async def _resolve(created: Created, ctx: ClaimContext) -> CallToolResult:  # pragma: no cover
-    raise AssertionError("these tests read the raw CreateTaskResult")
-
-
-class Tasks(ClientExtension):
-    identifier = TASKS_EXTENSION
-
-    def claims(self) -> list[ResultClaim[Any]]:
-        return [ResultClaim(result_type="task", model=Created, resolve=_resolve)]
 
 
 @pytest.fixture
