@@ -119,11 +119,9 @@ def _tool_for(definition: TaskDefinition) -> ToolBinding:
     )
 
 
-def _arguments_schema(definition: TaskDefinition, binding: ToolBinding) -> dict[str, Any]:
-    """The schema arguments are checked against: the task's own, else the one tools/list
-    shows (derived from the handler's signature)."""
-    if definition.options.input_schema is not None:
-        return definition.options.input_schema
+def _signature_schema(definition: TaskDefinition, binding: ToolBinding) -> dict[str, Any]:
+    """The arguments schema tools/list shows for a task without its own input_schema
+    (derived from the handler's signature). Tasks with one are checked by Keel.submit."""
     return Tool.from_function(binding.fn, name=definition.name).parameters
 
 
@@ -162,8 +160,9 @@ class TasksExtension(Extension):
         self.app = app
         self._bindings = {name: _tool_for(d) for name, d in app.tasks.items()}
         self._schemas = {
-            name: _arguments_schema(app.tasks[name], binding)
+            name: _signature_schema(app.tasks[name], binding)
             for name, binding in self._bindings.items()
+            if app.tasks[name].options.input_schema is None
         }
 
     def settings(self) -> dict[str, Any]:
