@@ -1,7 +1,9 @@
 """The MCP tasks extension (``io.modelcontextprotocol/tasks``, SEP-2663, spec 2026-07-28).
 
-So far: :mod:`keel.mcp.wire`, the mapping between Keel tasks and the extension's wire
-shapes. The server extension for the official ``mcp`` SDK builds on it.
+:mod:`keel.mcp.wire` maps Keel tasks to the extension's wire shapes;
+:mod:`keel.mcp.server` is the server extension for the official SDK's ``MCPServer``
+(``TasksExtension``, ``keel_lifespan``); :mod:`keel.mcp.client` is the client side
+(``TasksClientExtension``: poll, answer input through a callback, resume, cancel).
 """
 
 from keel.mcp.wire import (

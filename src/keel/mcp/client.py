@@ -2,16 +2,26 @@
 
 ``TasksClientExtension`` declares ``io.modelcontextprotocol/tasks`` on every request and
 claims ``CreateTaskResult`` answers: ``client.call_tool(…)`` then polls ``tasks/get``
-(respecting ``pollIntervalMs``) and returns the task's final ``CallToolResult``. The
-request models let callers drive a task themselves (``tasks/get``, ``tasks/update``,
-``tasks/cancel`` through ``client.session.send_request``); task ids are all they need
-to keep, so polling can resume after a client restart.
+(respecting ``pollIntervalMs``), hands input requests to a callback and sends its
+answers with ``tasks/update``, and returns the task's final ``CallToolResult``::
 
-Still to come: answering input requests through a callback.
+    async def answer(task_id: str, requests: dict[str, Any]) -> dict[str, Any]:
+        return {key: accept({"service": "payments"}) for key in requests}
+
+    tasks = TasksClientExtension(on_input=answer, on_created=remember_task_id)
+    async with Client(url, extensions=[tasks]) as client:
+        result = await client.call_tool("diagnose_root_cause", {"incident_id": "INC-7"})
+
+Nothing is kept in memory that cannot be recovered: a task id is all it takes to pick a
+task up again after the client restarts (``resume``). The functions ``get_task``,
+``update_task`` and ``cancel_task`` drive a task by hand; the request models
+(``GetTask``, ``UpdateTask``, ``CancelTask``) are exported for ``send_request``.
 """
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal
 
 import anyio
@@ -26,11 +36,32 @@ __all__ = [
     "Created",
     "Detailed",
     "GetTask",
+    "InputHandler",
     "TaskIdParams",
+    "TaskInputRequired",
     "TasksClientExtension",
     "UpdateParams",
     "UpdateTask",
+    "accept",
+    "cancel_task",
+    "decline",
+    "get_task",
+    "resume",
+    "update_task",
 ]
+
+TERMINAL = frozenset({"completed", "failed", "cancelled"})
+
+InputHandler = Callable[[str, dict[str, Any]], Awaitable[Mapping[str, Any]]]
+"""``async def on_input(task_id, input_requests) -> input_responses``.
+
+``input_requests`` is the task's ``inputRequests`` as sent (key -> ``{"method":
+"elicitation/create", "params": {"message", "requestedSchema", …}}``); the answer maps
+some or all of those keys to elicitation results (build them with :func:`accept` and
+:func:`decline`). Keys left out stay outstanding and are asked again on a later poll.
+"""
+
+OnCreated = Callable[[str], Awaitable[None] | None]
 
 
 class TaskIdParams(RequestParams):
@@ -78,27 +109,183 @@ class Detailed(Result):
     poll_interval_ms: int | None = None
 
 
-async def _resolve(created: Created, ctx: ClaimContext) -> CallToolResult:
-    interval = (created.poll_interval_ms or 1000) / 1000
-    while True:
-        task = await ctx.session.send_request(
-            GetTask(params=TaskIdParams(task_id=created.task_id)), Detailed
-        )
-        data = task.model_dump(by_alias=True)
-        if task.status == "completed":
-            return CallToolResult.model_validate(data["result"])
-        if task.status in {"failed", "cancelled"}:
-            error = data.get("error") or {}
-            text = f"task {task.status}: {error.get('message', task.status)}"
-            return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
-        interval = (task.poll_interval_ms or interval * 1000) / 1000
-        await anyio.sleep(interval)
+class TaskInputRequired(Exception):
+    """The task waits for input and no ``on_input`` callback was given.
+
+    The task is untouched and keeps waiting: answer with :func:`update_task`, then
+    :func:`resume`.
+    """
+
+    def __init__(self, task_id: str, input_requests: dict[str, Any]) -> None:
+        keys = ", ".join(sorted(input_requests)) or "(none listed)"
+        super().__init__(f"task {task_id} needs input ({keys}) and no on_input handler was given")
+        self.task_id = task_id
+        self.input_requests = input_requests
+
+
+def accept(content: Mapping[str, Any]) -> dict[str, Any]:
+    """An elicitation result that accepts with ``content``."""
+    return {"action": "accept", "content": dict(content)}
+
+
+def decline(action: Literal["decline", "cancel"] = "decline") -> dict[str, Any]:
+    """An elicitation result that declines (or cancels) the request."""
+    return {"action": action}
+
+
+def _session(client: Any) -> Any:
+    """The ``ClientSession`` of an ``mcp.Client`` (or the session itself)."""
+    return getattr(client, "session", client)
+
+
+async def get_task(client: Any, task_id: str) -> Detailed:
+    """``tasks/get``: the task as the server sees it now."""
+    return await _session(client).send_request(  # type: ignore[no-any-return]
+        GetTask(params=TaskIdParams(task_id=task_id)), Detailed
+    )
+
+
+async def update_task(client: Any, task_id: str, input_responses: Mapping[str, Any]) -> None:
+    """``tasks/update``: answer some or all of a task's input requests.
+
+    A response that violates its requested schema raises ``MCPError`` (-32602, naming
+    the field) and the request stays outstanding.
+    """
+    await _session(client).send_request(
+        UpdateTask(params=UpdateParams(task_id=task_id, input_responses=dict(input_responses))),
+        Result,
+    )
+
+
+async def cancel_task(client: Any, task_id: str) -> None:
+    """``tasks/cancel``: ask the server to cancel; an empty ack, also for finished tasks."""
+    await _session(client).send_request(CancelTask(params=TaskIdParams(task_id=task_id)), Result)
+
+
+def _final(task: Detailed) -> CallToolResult:
+    data = task.model_dump(by_alias=True)
+    if task.status == "completed":
+        return CallToolResult.model_validate(data["result"])
+    error = data.get("error") or {}
+    text = f"task {task.task_id} {task.status}: {error.get('message', task.status)}"
+    return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
+
+
+class _Poller:
+    """What one resolution needs: when to poll, who answers input, whether to cancel."""
+
+    def __init__(
+        self,
+        on_input: InputHandler | None,
+        *,
+        min_interval: float,
+        max_interval: float,
+        cancel_on_exit: bool,
+    ) -> None:
+        self.on_input = on_input
+        self.min_interval = min_interval
+        self.max_interval = max_interval
+        self.cancel_on_exit = cancel_on_exit
+
+    def interval(self, poll_interval_ms: int | None, default: float) -> float:
+        seconds = default if poll_interval_ms is None else poll_interval_ms / 1000
+        return min(max(seconds, self.min_interval), self.max_interval)
+
+    async def run(self, session: Any, task_id: str, poll_interval_ms: int | None) -> CallToolResult:
+        interval = self.interval(poll_interval_ms, 1.0)
+        try:
+            answered: set[str] = set()
+            while True:
+                task = await get_task(session, task_id)
+                if task.status in TERMINAL:
+                    return _final(task)
+                interval = self.interval(task.poll_interval_ms, interval)
+                if task.status == "input_required":
+                    requests = dict((task.model_extra or {}).get("inputRequests") or {})
+                    fresh = {k: v for k, v in requests.items() if k not in answered}
+                    if fresh:
+                        if self.on_input is None:
+                            raise TaskInputRequired(task_id, requests)
+                        responses = dict(await self.on_input(task_id, fresh))
+                        if responses:
+                            await update_task(session, task_id, responses)
+                            answered.update(responses)
+                            continue  # look again at once: the answer may finish it
+                await anyio.sleep(interval)
+        except anyio.get_cancelled_exc_class():
+            if self.cancel_on_exit:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                    await cancel_task(session, task_id)
+            raise
+
+
+async def resume(
+    client: Any,
+    task_id: str,
+    *,
+    on_input: InputHandler | None = None,
+    min_poll_interval: float = 0.0,
+    max_poll_interval: float = 30.0,
+    cancel_on_exit: bool = False,
+) -> CallToolResult:
+    """Follow an existing task (say, one created before this client restarted) to its
+    end and return its final ``CallToolResult``; arguments as for
+    :class:`TasksClientExtension`.
+
+    Raises:
+        TaskInputRequired: the task needs input and ``on_input`` is None.
+        MCPError: -32602 if the server does not know the task (or it is not yours).
+    """
+    poller = _Poller(
+        on_input,
+        min_interval=min_poll_interval,
+        max_interval=max_poll_interval,
+        cancel_on_exit=cancel_on_exit,
+    )
+    return await poller.run(_session(client), task_id, None)
 
 
 class TasksClientExtension(ClientExtension):
-    """Declares the tasks extension and resolves tasks by polling."""
+    """Declares the tasks extension and resolves tasks by polling.
+
+    Args:
+        on_input: answers input requests (see :data:`InputHandler`); without it a task
+            that needs input raises :class:`TaskInputRequired` from ``call_tool``.
+        on_created: called with each new task id before polling starts: persist it to
+            :func:`resume` the task after a restart.
+        min_poll_interval / max_poll_interval: bounds (seconds) on the server's
+            ``pollIntervalMs``, which is otherwise respected.
+        cancel_on_exit: send ``tasks/cancel`` if the call is cancelled while it waits
+            (default off: the task goes on and can be resumed).
+    """
 
     identifier = TASKS_EXTENSION
 
+    def __init__(
+        self,
+        *,
+        on_input: InputHandler | None = None,
+        on_created: OnCreated | None = None,
+        min_poll_interval: float = 0.0,
+        max_poll_interval: float = 30.0,
+        cancel_on_exit: bool = False,
+    ) -> None:
+        if min_poll_interval < 0 or max_poll_interval < min_poll_interval:
+            raise ValueError("need 0 <= min_poll_interval <= max_poll_interval")
+        self.on_created = on_created
+        self._poller = _Poller(
+            on_input,
+            min_interval=min_poll_interval,
+            max_interval=max_poll_interval,
+            cancel_on_exit=cancel_on_exit,
+        )
+
+    async def _resolve(self, created: Created, ctx: ClaimContext) -> CallToolResult:
+        if self.on_created is not None:
+            outcome = self.on_created(created.task_id)
+            if inspect.isawaitable(outcome):
+                await outcome
+        return await self._poller.run(ctx.session, created.task_id, created.poll_interval_ms)
+
     def claims(self) -> list[ResultClaim[Any]]:
-        return [ResultClaim(result_type="task", model=Created, resolve=_resolve)]
+        return [ResultClaim(result_type="task", model=Created, resolve=self._resolve)]

@@ -11,6 +11,13 @@ A client that declared the extension gets a ``CreateTaskResult`` as soon as the 
 committed (durable creation). One that did not gets the result inline for
 ``task_mode="optional"`` tasks (the task is still created durably and the call waits for
 it), and ``-32021`` for ``task_mode="required"`` ones.
+
+A task registered with ``inline_within=SECONDS`` is awaited that long after it is
+committed: if it finished by then, the call is answered inline with its result, even to
+a declared client (the spec leaves the choice to the server). ``TasksExtension(app,
+rate_limit_polls=True)`` refuses ``tasks/get`` calls that come faster than half the
+task's ``pollIntervalMs`` with ``-32000`` and ``data.retryAfterMs`` (off by default; the
+limit is kept per server process).
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import hashlib
 import inspect
 import time
 import typing
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
@@ -56,6 +64,8 @@ __all__ = ["TasksExtension", "keel_lifespan"]
 MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
 NOT_FOUND = "Failed to retrieve task: Task not found"
 INLINE_POLL = 0.05  # seconds between reads while a call waits for its task inline
+RATE_LIMITED = -32000  # JSON-RPC's implementation-defined server error range
+POLL_SLACK = 0.5  # a poll within this share of pollIntervalMs of the last one is too early
 
 
 class TaskIdParams(RequestParams):
@@ -151,13 +161,43 @@ def _ask_first(
     return answers
 
 
+class PollLimiter:
+    """Remembers when each (owner, task) was last answered, for at most ``capacity``
+    tasks (the least recently polled are forgotten first)."""
+
+    def __init__(self, capacity: int = 100_000, slack: float = POLL_SLACK) -> None:
+        self.capacity = capacity
+        self.slack = slack
+        self._last: OrderedDict[tuple[str, str], float] = OrderedDict()
+
+    def wait_needed(self, key: tuple[str, str], interval: float, now: float) -> float:
+        """Seconds still to wait before ``key`` may poll again; 0 records this poll."""
+        last = self._last.get(key)
+        if last is not None:
+            wait = last + interval * self.slack - now
+            if wait > 0:
+                return wait
+        self._last[key] = now
+        self._last.move_to_end(key)
+        while len(self._last) > self.capacity:
+            self._last.popitem(last=False)
+        return 0.0
+
+
 class TasksExtension(Extension):
-    """``io.modelcontextprotocol/tasks`` over a Keel app."""
+    """``io.modelcontextprotocol/tasks`` over a Keel app.
+
+    Args:
+        app: the Keel app whose tasks become tools.
+        rate_limit_polls: refuse ``tasks/get`` polls faster than the task's poll interval
+            allows (see the module docstring).
+    """
 
     identifier = TASKS_EXTENSION
 
-    def __init__(self, app: Keel) -> None:
+    def __init__(self, app: Keel, *, rate_limit_polls: bool = False) -> None:
         self.app = app
+        self._limiter = PollLimiter() if rate_limit_polls else None
         self._bindings = {name: _tool_for(d) for name, d in app.tasks.items()}
         self._schemas = {
             name: _signature_schema(app.tasks[name], binding)
@@ -195,7 +235,20 @@ class TasksExtension(Extension):
             raise MCPError(code=INVALID_PARAMS, message=NOT_FOUND) from None
 
     async def _get(self, ctx: ServerRequestContext[Any, Any], params: TaskIdParams) -> Any:
-        return self._wire(await self._lookup(ctx, params.task_id))
+        task = await self._lookup(ctx, params.task_id)
+        if self._limiter is not None and not task.status.terminal:
+            wait = self._limiter.wait_needed(
+                (task.owner, task.task_id), self._poll_interval(task), time.monotonic()
+            )
+            if wait > 0:
+                retry_ms = max(1, round(wait * 1000))
+                raise MCPError(
+                    code=RATE_LIMITED,
+                    message=f"polling too fast: wait {retry_ms} ms (pollIntervalMs is "
+                    f"{round(self._poll_interval(task) * 1000)})",
+                    data={"retryAfterMs": retry_ms},
+                )
+        return self._wire(task)
 
     async def _update(self, ctx: ServerRequestContext[Any, Any], params: UpdateTaskParams) -> Any:
         task = await self._lookup(ctx, params.task_id)
@@ -249,11 +302,28 @@ class TasksExtension(Extension):
         except InvalidPayload as exc:
             raise MCPError(code=INVALID_PARAMS, message=str(exc)) from exc
         if declared:
+            if definition.options.inline_within > 0:
+                task = await self._settle(task, definition.options.inline_within)
+                if task.status in {Status.COMPLETED, Status.FAILED}:
+                    return await self._inline(task)
             # Committed before this answer leaves: the handle is durable when it arrives.
             return create_task_result(
                 task, now=time.time(), poll_interval=definition.options.poll_interval
             )
         return await self._inline(task)
+
+    async def _settle(self, task: Task, within: float) -> Task:
+        """The task once it has finished, or as it is after ``within`` seconds."""
+        deadline = time.monotonic() + within
+        pause = 0.001
+        while not task.status.terminal and task.status is not Status.INPUT_REQUIRED:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            await anyio.sleep(min(pause, left))
+            pause = min(pause * 2, 0.01)
+            task = await self.app.store.get(task.task_id)
+        return task
 
     async def _inline(self, task: Task) -> HandlerResult:
         """Wait for a task whose client cannot poll, and answer its result inline."""

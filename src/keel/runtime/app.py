@@ -25,6 +25,7 @@ H = TypeVar("H", bound=Handler)
 DEFAULT_LEASE = 30.0  # seconds
 DEFAULT_TTL = 7 * 86_400.0  # seconds a finished task is kept
 DEFAULT_POLL_INTERVAL = 1.0  # seconds, what clients are told to wait between polls
+MAX_INLINE_WITHIN = 1.0  # seconds: longer waits belong in a task handle, not a held request
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +50,10 @@ class TaskOptions:
     """Input the caller must give before the task is created, by key: (message, schema).
     Over MCP it is asked synchronously (an input-required result); the handler reads the
     answers with ``ctx.elicit(…, key=KEY)``, which returns at once."""
+    inline_within: float = 0.0
+    """Seconds a ``tools/call`` may wait for the task to finish before answering with a
+    task handle: a task done by then is answered inline with its result (over MCP, even
+    to a client that declared the tasks extension). 0, the default, never waits."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,14 +72,19 @@ class Keel:
     """An application: a store and the handlers of its tasks.
 
     Args:
-        store: a :class:`~keel.store.Store`, or a location (see ``keel.store.open_store``);
-            default ``$KEEL_STORE``, then ``keel-data/keel.db``. Opened on first use.
+        store: a :class:`~keel.store.Store`, or a location (see ``keel.store.open_store``;
+            a path is a SQLite file); default ``$KEEL_STORE``, then ``keel-data/keel.db``.
+            Opened on first use.
         clock: seconds since the epoch, for the store it opens (tests inject one).
     """
 
-    def __init__(self, store: Store | str | None = None, *, clock: Clock | None = None) -> None:
+    def __init__(
+        self, store: Store | str | os.PathLike[str] | None = None, *, clock: Clock | None = None
+    ) -> None:
         self._store: Store | None = None
         self._location: str | None = None
+        if isinstance(store, os.PathLike):
+            store = os.fspath(store)
         if isinstance(store, str) or store is None:
             self._location = resolve_location(store)
         else:
@@ -87,8 +97,10 @@ class Keel:
         """The store location this app opens (None if it was given a store object)."""
         return self._location
 
-    def use_store(self, store: Store | str) -> None:
+    def use_store(self, store: Store | str | os.PathLike[str]) -> None:
         """Point the app at another store (``keel worker --store``) before it is opened."""
+        if isinstance(store, os.PathLike):
+            store = os.fspath(store)
         if isinstance(store, str):
             parse_location(store)
             self._store, self._location = None, store
@@ -121,6 +133,7 @@ class Keel:
         retry_cap: float = 60.0,
         description: str | None = None,
         ask_first: Mapping[str, tuple[str, Mapping[str, Any]]] | None = None,
+        inline_within: float = 0.0,
     ) -> Callable[[H], H]:
         """Register ``async def handler(ctx, **arguments)`` as the task ``name``.
 
@@ -139,6 +152,10 @@ class Keel:
                 raise ConfigurationError("task_mode must be 'optional' or 'required'")
             if max_attempts < 1 or lease_seconds <= 0:
                 raise ConfigurationError("max_attempts must be >= 1 and lease_seconds > 0")
+            if not 0 <= inline_within <= MAX_INLINE_WITHIN:
+                raise ConfigurationError(
+                    f"inline_within must be between 0 and {MAX_INLINE_WITHIN:g} seconds"
+                )
             schema = None if input_schema is None else check_schema(input_schema, "input_schema")
             self._tasks[task_name] = TaskDefinition(
                 task_name,
@@ -153,6 +170,7 @@ class Keel:
                     poll_interval=poll_interval,
                     retry_base=retry_base,
                     retry_cap=retry_cap,
+                    inline_within=inline_within,
                     description=description or inspect.getdoc(handler),
                     ask_first=(
                         None
