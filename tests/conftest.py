@@ -16,6 +16,7 @@ import pytest
 from contract.support import FakeClock
 from keel.model import Limits
 from keel.store import MemoryStore, SqliteStore, Store
+from postgres.pg import drop_schema, require_postgres, schema_for, store_url
 
 __all__ = ["ADAPTERS", "Adapter", "FakeClock"]
 
@@ -32,6 +33,9 @@ class Adapter:
     name: str
     open: Callable[[Path, FakeClock, Limits | None], Store]
     durable: bool
+    cleanup: Callable[[Path], None] | None = None
+    """Remove what ``open`` left outside ``where`` (a PostgreSQL schema), after the test."""
+    marks: tuple[pytest.MarkDecorator, ...] = ()
 
 
 def _open_memory(where: Path, clock: FakeClock, limits: Limits | None) -> Store:
@@ -42,10 +46,28 @@ def _open_sqlite(where: Path, clock: FakeClock, limits: Limits | None) -> Store:
     return SqliteStore(where / "keel.db", clock=clock, limits=limits)
 
 
+def _open_postgres(where: Path, clock: FakeClock, limits: Limits | None) -> Store:
+    # A schema of its own per data folder: the same folder reopens the same data.
+    from keel.store import PostgresStore
+
+    require_postgres()
+    return PostgresStore(store_url(schema_for(str(where))), clock=clock, limits=limits)
+
+
+def _drop_postgres(where: Path) -> None:
+    drop_schema(schema_for(str(where)))
+
+
 ADAPTERS: dict[str, Adapter] = {
     "memory": Adapter("memory", _open_memory, durable=False),
     "sqlite": Adapter("sqlite", _open_sqlite, durable=True),
-    # "postgres": Adapter("postgres", _open_postgres, durable=True),
+    "postgres": Adapter(
+        "postgres",
+        _open_postgres,
+        durable=True,
+        cleanup=_drop_postgres,
+        marks=(pytest.mark.postgres,),
+    ),
 }
 
 
@@ -61,7 +83,7 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
-@pytest.fixture(params=list(ADAPTERS), ids=list(ADAPTERS))
+@pytest.fixture(params=[pytest.param(name, marks=a.marks) for name, a in ADAPTERS.items()])
 def adapter(request: pytest.FixtureRequest) -> Adapter:
     """Each store adapter in turn."""
     return ADAPTERS[request.param]
@@ -79,6 +101,7 @@ async def make_store(
     Each call without ``where`` gets a new, empty store; every store is closed afterwards.
     """
     opened: list[Store] = []
+    places: set[Path] = set()
     counter = itertools.count()
 
     def factory(*, limits: Limits | None = None, where: Path | None = None) -> Store:
@@ -86,6 +109,7 @@ async def make_store(
             n = next(counter)
             where = tmp_path if n == 0 else tmp_path / f"store-{n}"
         where.mkdir(parents=True, exist_ok=True)
+        places.add(where)
         store = adapter.open(where, clock, limits)
         opened.append(store)
         return store
@@ -93,6 +117,9 @@ async def make_store(
     yield factory
     for store in reversed(opened):
         await store.close()
+    if adapter.cleanup is not None:
+        for where in places:
+            adapter.cleanup(where)
 
 
 @pytest.fixture

@@ -262,7 +262,7 @@ def test_answer_malformed_json_is_exit_2(keel, facade):
         ("ftp://host/x.db", "unknown store scheme 'ftp'"),
         ("sqlite://host/x.db", "a SQLite URL has no host"),
         ("sqlite:///x.db?fast=yes", "unknown SQLite option(s) fast"),
-        ("postgresql://localhost/keel", "PostgreSQL adapter is not part of this Keel version"),
+        ("postgresql://127.0.0.1:1/keel", "cannot connect to PostgreSQL at 127.0.0.1:1"),
     ],
 )
 def test_bad_store_url_is_exit_1(keel, url, fragment):

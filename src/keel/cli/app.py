@@ -15,6 +15,7 @@ import click
 
 from keel import __version__
 from keel.cli.common import KeelCliError, chosen_location, store_option
+from keel.cli.db import db
 from keel.cli.serve import serve
 from keel.cli.tasks import tasks
 from keel.cli.worker import worker
@@ -64,6 +65,7 @@ cli.add_command(tasks)
 
 cli.add_command(worker)
 cli.add_command(serve)
+cli.add_command(db)
 
 
 def main() -> None:

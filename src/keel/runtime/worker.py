@@ -148,6 +148,14 @@ class Worker:
             raise KeelError("the app registers no tasks: nothing to run")
         self.app.store  # noqa: B018 - open it now: a store that cannot open fails here, once
         unlisten = _listen(self.app, self._cancelled_here)
+        # Optional store capability (PostgreSQL LISTEN/NOTIFY): wake-ups from other
+        # processes. A hint only: the polling below still finds everything.
+        subscribe = getattr(self.app.store, "subscribe", None)
+        unsubscribe = (
+            subscribe(names, on_ready=self._poke, on_cancel=self._cancelled_here)
+            if callable(subscribe)
+            else None
+        )
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._claim_loop, tg, names)
@@ -175,6 +183,8 @@ class Worker:
                 tg.cancel_scope.cancel()
         finally:
             unlisten()
+            if unsubscribe is not None:
+                unsubscribe()
 
     # --- loops -----------------------------------------------------------------------
 

@@ -1,7 +1,11 @@
 """Task persistence: the :class:`Store` protocol and its adapters.
 
 ``open_store(location)`` picks the adapter from a location (see :mod:`keel.store.locations`).
+``PostgresStore`` is imported on first use: psycopg takes longer to import than the rest
+of Keel, and only PostgreSQL users need it.
 """
+
+import typing
 
 from keel.store.base import TxStore
 from keel.store.locations import (
@@ -16,12 +20,16 @@ from keel.store.memory import MemoryStore
 from keel.store.protocol import Clock, Store
 from keel.store.sqlite import SqliteStore, Synchronous
 
+if typing.TYPE_CHECKING:
+    from keel.store.postgres import PostgresStore
+
 __all__ = [
     "DEFAULT_LOCATION",
     "ENV_VAR",
     "Clock",
     "Location",
     "MemoryStore",
+    "PostgresStore",
     "SqliteStore",
     "Store",
     "Synchronous",
@@ -30,3 +38,15 @@ __all__ = [
     "parse_location",
     "resolve_location",
 ]
+
+
+def __getattr__(name: str) -> typing.Any:
+    if name == "PostgresStore":
+        from keel.store.postgres import PostgresStore
+
+        return PostgresStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), "PostgresStore"})

@@ -142,7 +142,6 @@ def open_store(
             clock=clock,
             limits=limits,
         )
-    raise ConfigurationError(
-        f"{loc.url!r}: the PostgreSQL adapter is not part of this Keel version yet; "
-        "use a SQLite file for now"
-    )
+    from keel.store.postgres import PostgresStore
+
+    return PostgresStore(loc.url, clock=clock, limits=limits)

@@ -1,0 +1,379 @@
+"""PostgreSQL benchmark: real ``keel worker`` processes against one database.
+
+Measured on the PostgreSQL at ``$KEEL_BENCH_POSTGRES`` (default
+``postgresql://postgres@127.0.0.1:5432/test``), each run in a fresh schema dropped after:
+
+* **throughput**: no-op tasks claimed, run and completed by ``--workers`` worker processes
+  (``keel worker --app pg_bench:app`` from ``bench/``) at ``--concurrency`` each. The tasks
+  are created first (concurrent creates, grouped into shared transactions); then the
+  workers start. ``run/s`` is tasks / (last completion - first claim), both read from the
+  store's own timestamps. Each configuration runs ``--repeat`` times; the median is kept;
+* **cancel latency across processes**: a handler runs in a worker process; this process
+  cancels it through its own store; the handler's ``finally`` writes the time it ran to a
+  file. The wake-up is a NOTIFY (the worker's 0.2 s watch poll is the fallback).
+* **a peer, the same shape, in the same run**: PgQueuer (from PyPI, in a virtual
+  environment of its own under ``~/.cache/keel-bench/pg-pgqueuer``, created on first use
+  or with ``--setup-peer`` by ``uv venv`` + ``uv pip install``; never one of Keel's
+  dependencies) drains the same number of pre-filled no-op jobs with ``--workers``
+  processes (``bench/peers/pg_pgqueuer_bench.py``), each in a fresh database dropped
+  after. Keel and peer runs alternate, so both see the same machine; the medians and
+  their ratio are reported. ``--peer none`` skips it.
+
+    uv run python bench/pg_bench.py            # the full run
+    uv run python bench/pg_bench.py --quick    # a smoke run
+    uv run python bench/pg_bench.py --setup-peer   # (re)create the PgQueuer venv first
+
+Prints a table and the targets met, and writes JSON (``--out``, default
+``bench/results/pg_bench.json``). Numbers from a 2-core machine shared with PostgreSQL
+itself (and, during development, with other work) are a floor, not a ceiling.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode, urlsplit, urlunsplit
+
+import anyio
+import psycopg
+
+from _report import print_targets, write_results
+from keel.model import Status, Task
+from keel.runtime import Keel, TaskContext
+from keel.store import PostgresStore
+
+HERE = Path(__file__).resolve().parent
+KEEL = Path(sys.executable).parent / "keel"
+BASE = os.environ.get("KEEL_BENCH_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
+MARKS = os.environ.get("KEEL_BENCH_MARKS")
+WAIT = 180.0  # seconds any one phase may take before the benchmark gives up
+
+app = Keel()  # the store is given by `keel worker --store`
+
+
+@app.task("noop", lease_seconds=30.0)
+async def noop(ctx: TaskContext) -> None:
+    """Nothing: what is measured is the runtime and the store around it."""
+
+
+@app.task("hold", lease_seconds=30.0)
+async def hold(ctx: TaskContext) -> None:
+    """Run until cancelled; write when ``finally`` ran."""
+    try:
+        await anyio.sleep_forever()
+    finally:
+        if MARKS:
+            line = json.dumps({"task": ctx.task_id, "t": time.time()}) + "\n"
+            fd = os.open(MARKS, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, line.encode())
+            finally:
+                os.close(fd)
+
+
+def url(schema: str) -> str:
+    return f"{BASE}{'&' if '?' in BASE else '?'}{urlencode({'schema': schema})}"
+
+
+def drop(schema: str) -> None:
+    with psycopg.connect(BASE, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'.encode())
+
+
+class Fleet:
+    """``keel worker`` processes; all stopped when the block ends."""
+
+    def __init__(self, store_url: str, concurrency: int, env: dict[str, str]) -> None:
+        self.store_url, self.concurrency, self.env = store_url, concurrency, env
+        self.procs: list[subprocess.Popen[str]] = []
+        self.ready: list[threading.Event] = []
+
+    def start(self, worker_id: str) -> None:
+        proc = subprocess.Popen(
+            [str(KEEL), "worker", "--app", "pg_bench:app", "--store", self.store_url,
+             "--concurrency", str(self.concurrency), "--worker-id", worker_id],
+            cwd=HERE, env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        ready = threading.Event()
+
+        def pump() -> None:
+            assert proc.stderr is not None
+            for line in proc.stderr:
+                if line.startswith(f"keel worker {worker_id}:"):
+                    ready.set()
+                elif "Traceback" in line or "error" in line.lower():
+                    sys.stderr.write(f"[{worker_id}] {line}")
+
+        threading.Thread(target=pump, daemon=True).start()
+        self.procs.append(proc)
+        self.ready.append(ready)
+
+    def wait_ready(self) -> None:
+        for ready in self.ready:
+            if not ready.wait(60):
+                raise RuntimeError("a worker did not start within 60 s")
+
+    def __enter__(self) -> Fleet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=40)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def worker_env(marks: Path | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in {"KEEL_STORE", "KEEL_BENCH_MARKS"}}
+    if marks is not None:
+        env["KEEL_BENCH_MARKS"] = str(marks)
+    return env
+
+
+async def create_many(store: PostgresStore, name: str, count: int) -> list[Task]:
+    made: list[Task] = []
+
+    async def one() -> None:
+        made.append(await store.create(name=name, max_attempts=3))
+
+    for start in range(0, count, 500):
+        async with anyio.create_task_group() as tg:
+            for _ in range(min(500, count - start)):
+                tg.start_soon(one)
+    return made
+
+
+async def throughput(workers: int, concurrency: int, tasks: int) -> dict[str, Any]:
+    schema = f"keel_bench_{secrets.token_hex(4)}"
+    store_url = url(schema)
+    store = PostgresStore(store_url)
+    try:
+        t0 = time.perf_counter()
+        made = await create_many(store, "noop", tasks)
+        create_seconds = time.perf_counter() - t0
+        with Fleet(store_url, concurrency, worker_env()) as fleet:
+            for n in range(workers):
+                fleet.start(f"w{n}")
+            fleet.wait_ready()
+            deadline = time.monotonic() + WAIT
+            while await store.list(status=Status.WORKING, limit=1):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{tasks} tasks not done in {WAIT}s")
+                await anyio.sleep(0.05)
+        with psycopg.connect(
+            store_url.replace(f"schema={schema}", f"options=-csearch_path%3D{schema}")
+        ) as conn:
+            first, last, done = conn.execute(
+                "SELECT (SELECT min(at) FROM task_events WHERE reason LIKE 'claimed%%'),"
+                " max(updated_at), count(*) FILTER (WHERE status = 'completed') FROM tasks"
+            ).fetchone()  # type: ignore[misc]
+    finally:
+        await store.close()
+        drop(schema)
+    assert done == tasks == len(made), (done, tasks)
+    return {
+        "workers": workers,
+        "concurrency": concurrency,
+        "tasks": tasks,
+        "seconds": round(last - first, 3),
+        "tasks_per_s": round(tasks / (last - first), 1),
+        "create_per_s": round(tasks / create_seconds, 1),
+    }
+
+
+async def cancel_latency(samples: int, tmp: Path) -> dict[str, Any]:
+    schema = f"keel_bench_{secrets.token_hex(4)}"
+    store_url = url(schema)
+    marks = tmp / f"marks-{schema}.jsonl"
+    store = PostgresStore(store_url)
+    latencies: list[float] = []
+    try:
+        with Fleet(store_url, 8, worker_env(marks)) as fleet:
+            fleet.start("cancel")
+            fleet.wait_ready()
+            for _ in range(samples):
+                task = await store.create(name="hold")
+                deadline = time.monotonic() + 30
+                while (await store.get(task.task_id)).lease_owner is None:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("hold task not claimed")
+                    await anyio.sleep(0.005)
+                await anyio.sleep(0.02)  # let the handler reach its await
+                t0 = time.time()
+                await store.cancel(task.task_id, reason="bench")
+                while True:
+                    seen = {
+                        m["task"]: m["t"]
+                        for m in map(json.loads, marks.read_text().splitlines())
+                        if marks.exists()
+                    } if marks.exists() else {}  # fmt: skip
+                    if task.task_id in seen:
+                        latencies.append(seen[task.task_id] - t0)
+                        break
+                    if time.time() - t0 > 10:
+                        raise RuntimeError("handler was not stopped within 10 s")
+                    await anyio.sleep(0.002)
+    finally:
+        await store.close()
+        drop(schema)
+    ordered = sorted(latencies)
+    return {
+        "samples": len(ordered),
+        "p50_ms": round(1000 * statistics.median(ordered), 1),
+        "p99_ms": round(1000 * ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))], 1),
+        "max_ms": round(1000 * ordered[-1], 1),
+    }
+
+
+PEER_VENV = Path.home() / ".cache" / "keel-bench" / "pg-pgqueuer"
+PEER_PINS = ("pgqueuer==1.6.0", "asyncpg==0.32.0")
+PEER_SCRIPT = HERE / "peers" / "pg_pgqueuer_bench.py"
+NOTE = (
+    "measured on a 2-core machine shared with the PostgreSQL server itself and with other "
+    "work (other developers' test runs) going on at the same time: a floor, not a ceiling"
+)
+
+
+def peer_python(venv: Path, *, setup: bool) -> Path:
+    """The peer venv's interpreter with the pinned PgQueuer installed; create it if needed."""
+    python = venv / "bin" / "python"
+    check = [str(python), "-c", "import importlib.metadata as m; print(m.version('pgqueuer'))"]
+    if not setup and python.exists():
+        probe = subprocess.run(check, capture_output=True, text=True, check=False)
+        if probe.returncode == 0 and probe.stdout.strip() == PEER_PINS[0].split("==")[1]:
+            return python
+    uv = shutil.which("uv")
+    if uv is None:
+        raise SystemExit("uv is not on PATH: it is needed to create the PgQueuer venv")
+    print(f"  creating {venv} with {' '.join(PEER_PINS)}", file=sys.stderr, flush=True)
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run([uv, "venv", "-q", "--python", "3.11", str(venv)], check=True)
+    subprocess.run([uv, "pip", "install", "-q", "--python", str(python), *PEER_PINS], check=True)
+    subprocess.run(check, check=True, capture_output=True)
+    return python
+
+
+def database_url(name: str) -> str:
+    """The benchmark server's URL for the database ``name`` (no query options)."""
+    parts = urlsplit(BASE)
+    return urlunsplit(parts._replace(path=f"/{name}", query=""))
+
+
+def peer_throughput(python: Path, workers: int, tasks: int) -> dict[str, Any]:
+    """PgQueuer drains ``tasks`` pre-filled no-op jobs with ``workers`` processes, in a
+    fresh database of its own (dropped after)."""
+    name = f"keel_bench_peer_{secrets.token_hex(4)}"
+    with psycopg.connect(BASE, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"'.encode())
+    try:
+        done = subprocess.run(
+            [str(python), str(PEER_SCRIPT), "--dsn", database_url(name), "--jobs", str(tasks),
+             "--workers", str(workers)],
+            capture_output=True, text=True, timeout=WAIT + 60, check=False,
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise RuntimeError(f"the PgQueuer run failed:\n{done.stderr[-3000:]}")
+        result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+        return result
+    finally:
+        with psycopg.connect(BASE, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'.encode())
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tasks", type=int, default=20_000)
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[32])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--cancel-samples", type=int, default=50)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", default=str(HERE / "results" / "pg_bench.json"))
+    parser.add_argument(
+        "--peer", choices=["pgqueuer", "none"], default="pgqueuer", help="the peer to run"
+    )
+    parser.add_argument("--peer-venv", type=Path, default=PEER_VENV)
+    parser.add_argument("--setup-peer", action="store_true", help="(re)create the peer venv")
+    args = parser.parse_args()
+    if args.quick:
+        args.tasks, args.repeat, args.cancel_samples = 3_000, 1, 10
+    python = None if args.peer == "none" else peer_python(args.peer_venv, setup=args.setup_peer)
+    load_before = os.getloadavg()
+    runs_by_concurrency: dict[int, list[dict[str, Any]]] = {c: [] for c in args.concurrency}
+    peer_runs: list[dict[str, Any]] = []
+    for n in range(args.repeat):  # Keel and the peer alternate: both see the same machine
+        for concurrency in args.concurrency:
+            run = await throughput(args.workers, concurrency, args.tasks)
+            runs_by_concurrency[concurrency].append(run)
+            print(f"  keel {n + 1}/{args.repeat}, concurrency {concurrency}: "
+                  f"{run['tasks_per_s']}/s", file=sys.stderr, flush=True)  # fmt: skip
+        if python is not None:
+            peer_runs.append(
+                await anyio.to_thread.run_sync(peer_throughput, python, args.workers, args.tasks)
+            )
+            print(f"  pgqueuer {n + 1}/{args.repeat}: {peer_runs[-1]['tasks_per_s']}/s",
+                  file=sys.stderr, flush=True)  # fmt: skip
+    rows = []
+    for runs in runs_by_concurrency.values():
+        runs.sort(key=lambda r: r["tasks_per_s"])
+        median = runs[len(runs) // 2]
+        median["all_runs_per_s"] = [r["tasks_per_s"] for r in runs]
+        rows.append(median)
+    peer: dict[str, Any] | None = None
+    if peer_runs:
+        peer_runs.sort(key=lambda r: r["tasks_per_s"])
+        peer = peer_runs[len(peer_runs) // 2]
+        peer["all_runs_per_s"] = [r["tasks_per_s"] for r in peer_runs]
+    tmp = Path(os.environ.get("TMPDIR", "/tmp"))
+    cancel = await cancel_latency(args.cancel_samples, tmp)
+    print(f"\nPostgreSQL {BASE.split('@')[-1]}, {args.tasks} no-op tasks, median of {args.repeat}")
+    print(f"{'workers':>8} {'conc':>5} {'run/s':>9} {'create/s':>9}  runs")
+    for r in rows:
+        print(f"{r['workers']:>8} {r['concurrency']:>5} {r['tasks_per_s']:>9} "
+              f"{r['create_per_s']:>9}  {r['all_runs_per_s']}")  # fmt: skip
+    print(f"\ncancel across processes: p50 {cancel['p50_ms']} ms, p99 {cancel['p99_ms']} ms, "
+          f"max {cancel['max_ms']} ms ({cancel['samples']} samples)")  # fmt: skip
+    best = max(r["tasks_per_s"] for r in rows)
+    if peer is not None:
+        peer["keel_over_peer"] = round(best / peer["tasks_per_s"], 2)
+        print(f"\npeer, same shape (pre-filled no-op jobs, {peer['workers']} processes): "
+              f"PgQueuer {PEER_PINS[0].split('==')[1]} (asyncpg, batch_size "
+              f"{peer['batch_size']}) {peer['tasks_per_s']}/s, runs {peer['all_runs_per_s']}; "
+              f"Keel / PgQueuer = {peer['keel_over_peer']}")  # fmt: skip
+    print(f"\nnote: {NOTE} (load average before {load_before[0]:.2f}, "
+          f"after {os.getloadavg()[0]:.2f})")  # fmt: skip
+    print_targets(
+        [
+            {"target": "claim+run+complete, 4 worker processes >= 2,000 tasks/s",
+             "ok": best >= 2000, "measured": f"{best} tasks/s"},
+            {"target": "cross-process cancel -> handler cancelled p99 <= 500 ms",
+             "ok": cancel["p99_ms"] <= 500, "measured": f"{cancel['p99_ms']} ms"},
+        ]
+    )  # fmt: skip
+    args.peer_venv = str(args.peer_venv)
+    out = write_results(
+        args.out, "pg_bench", args, throughput=rows, cancel=cancel, peer=peer, note=NOTE,
+        load_average={"before": load_before, "after": os.getloadavg()},
+    )  # fmt: skip
+    print(f"\nwrote {out}")
+
+
+if __name__ == "__main__":
+    anyio.run(main)

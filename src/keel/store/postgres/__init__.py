@@ -1,0 +1,529 @@
+"""The PostgreSQL adapter: one database shared by many front ends and workers on many hosts.
+
+* Every protocol call is a transaction over the shared :class:`~keel.store.base.TxStore`
+  logic, so the rules are the memory and SQLite adapters' rules, word for word. Claims are
+  the exception that proves it: one ``UPDATE … WHERE task_id IN (SELECT … FOR UPDATE SKIP
+  LOCKED LIMIT n) RETURNING …`` statement (``claim`` in queries.sql), checked against
+  :func:`keel.model.transitions.claim` by a test.
+* **Group commit.** Calls made on one event loop while a transaction is in flight queue
+  up; the next transaction runs all of them (reads and writes in separate groups), so a
+  worker completing thirty tasks at once pays for one transaction, not thirty.
+* **Threads, not async connections.** Each group runs in a worker thread on a pooled
+  synchronous psycopg connection: the Tx primitives are synchronous, and measured on this
+  adapter's target machine a statement costs ~25 µs on a sync connection against ~70 µs
+  through psycopg's async one; the ~100 µs thread hop is paid once per group.
+* **Retries that cannot apply twice.** Transient failures (a lost connection, a server
+  restart, admin shutdown, a serialization failure or deadlock, an exhausted pool) are
+  retried with jittered exponential backoff, up to ``retries`` tries. A write group
+  records its operation id in ``keel_write_log`` in the same transaction; if the COMMIT
+  was sent but its answer lost, the retry first inserts that id again: a duplicate means
+  the first try committed, and its outcome is returned instead of running it again.
+* **Wake-ups** by LISTEN/NOTIFY after COMMIT (see :mod:`keel.store.postgres.notify`);
+  workers keep polling, so a lost notification only delays.
+
+``psycopg`` errors become :mod:`keel.errors` here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import anyio.to_thread
+import psycopg
+import psycopg_pool
+
+from keel.errors import ConfigurationError, InvalidPayload, StoreError
+from keel.model import Limits, Task
+from keel.model.validation import check_key, check_seconds
+from keel.store.base import MAX_CLAIM_BATCH, TxStore
+from keel.store.postgres.config import PostgresOptions, parse_postgres_url
+from keel.store.postgres.faults import backoff, connection_lost, describe, is_transient
+from keel.store.postgres.notify import Listener, channels, payloads
+from keel.store.postgres.schema import SCHEMA_VERSION, current_version, migrate
+from keel.store.postgres.tx import GroupState, PgTx, Q, cursor, probe
+from keel.store.protocol import Clock
+
+__all__ = ["SCHEMA_VERSION", "PostgresOptions", "PostgresStore", "parse_postgres_url"]
+
+log = logging.getLogger("keel.store.postgres")
+
+T = TypeVar("T")
+
+MAX_GROUP = 200  # calls in one transaction at most: a long transaction holds its row locks
+TRIM_EVERY = 600.0  # seconds between deletions of old keel_write_log rows (per process)
+
+_Outcome = tuple[bool, Any]
+"""(True, value) or (False, exception)."""
+
+
+class _AlreadyCommitted(Exception):
+    """A retried group found its operation id: the earlier try committed."""
+
+
+class _CommitUnknown(Exception):
+    """The connection failed while COMMIT was on its way: it may or may not have applied."""
+
+    def __init__(self, outcomes: list[_Outcome]) -> None:
+        super().__init__("commit outcome unknown")
+        self.outcomes = outcomes
+
+
+class _Refused(Exception):
+    """The one call of a group failed after it sent a write: roll back, report ``error``."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class _Regroup(Exception):
+    """A call failed after it sent a write: roll back, run each call on its own."""
+
+
+@dataclass(eq=False)
+class _Lane:
+    """The calls queued on one event loop for one kind of transaction (read or write)."""
+
+    loop: asyncio.AbstractEventLoop
+    write: bool
+    queue: list[tuple[Callable[[Any], Any], asyncio.Future[Any]]] = field(default_factory=list)
+    scheduled: bool = False
+    flushing: bool = False
+
+
+def _unwrap(outcome: _Outcome) -> Any:
+    ok, value = outcome
+    if ok:
+        return value
+    raise value
+
+
+class PostgresStore(TxStore):
+    """A :class:`keel.store.Store` in a PostgreSQL database (see :mod:`config` for the URL).
+
+    Opening it connects once, applies missing migrations (under an advisory lock) and
+    opens the connection pool.
+
+    Args:
+        url: ``postgresql://…`` or ``postgres://…`` with optional Keel options.
+        clock: seconds since the epoch (injected in tests). Every process sharing a
+            database must agree on the time: leases are compared across hosts.
+
+    Raises:
+        ConfigurationError: a bad URL or option, or no server reachable at its address.
+        StoreError: the database refused to set up the schema, or it is newer than this Keel.
+    """
+
+    def __init__(
+        self,
+        url: str | PostgresOptions,
+        *,
+        clock: Clock | None = None,
+        limits: Limits | None = None,
+    ) -> None:
+        super().__init__(clock=clock, limits=limits)
+        self.options = url if isinstance(url, PostgresOptions) else parse_postgres_url(url)
+        self._where = self.options.display
+        self._closed = False
+        self._lanes: dict[tuple[int, bool], _Lane] = {}
+        self._inflight: set[asyncio.Future[Any]] = set()
+        self._last_trim = 0.0
+        self._trim_lock = threading.Lock()
+        self.schema_version = self._setup()
+        # Group transactions and blocking single calls run here, never on an event loop.
+        self._threads = concurrent.futures.ThreadPoolExecutor(
+            max_workers=self.options.pool_max, thread_name_prefix="keel-pg"
+        )
+        self._pool = psycopg_pool.ConnectionPool(
+            self.options.conninfo,
+            min_size=self.options.pool_min,
+            max_size=self.options.pool_max,
+            kwargs={"autocommit": True},
+            timeout=self.options.pool_timeout,
+            name=f"keel {self._where}",
+            num_workers=1,
+            open=True,
+        )
+        self._listener = (
+            Listener(
+                self.options.conninfo, self.options.channel_tag, retry_cap=self.options.retry_cap
+            )
+            if self.options.notify
+            else None
+        )
+
+    def _setup(self) -> int:
+        try:
+            conn = psycopg.connect(self.options.conninfo, autocommit=True)
+        except psycopg.OperationalError as exc:
+            raise ConfigurationError(
+                f"cannot connect to PostgreSQL at {self.options.host}:{self.options.port} "
+                f"(database {self.options.dbname}): {' '.join(str(exc).split())}"
+            ) from exc
+        try:
+            with conn:
+                migrate(conn, self.options.schema, self._where)
+                return current_version(conn)
+        except psycopg.Error as exc:
+            raise StoreError(describe(exc, self._where)) from exc
+
+    # --- running calls ---------------------------------------------------------------
+
+    async def _run(self, fn: Callable[[Any], T], *, write: bool) -> T:
+        self._check_open()
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # pragma: no cover - not on asyncio (e.g. trio): one at a time
+            return await anyio.to_thread.run_sync(lambda: _unwrap(self._group([fn], write)[0]))
+        lane = self._lanes.get((id(loop), write))
+        if lane is None or lane.loop is not loop:
+            lane = self._lanes[(id(loop), write)] = _Lane(loop, write)
+        future: asyncio.Future[Any] = loop.create_future()
+        lane.queue.append((fn, future))
+        self._inflight.add(future)
+        future.add_done_callback(self._inflight.discard)
+        if not lane.scheduled and not lane.flushing:
+            lane.scheduled = True
+            loop.call_soon(self._flush, lane)
+        return await future  # type: ignore[no-any-return]
+
+    def _flush(self, lane: _Lane) -> None:
+        lane.scheduled = False
+        batch = [(fn, f) for fn, f in lane.queue[:MAX_GROUP] if not f.cancelled()]
+        lane.queue = lane.queue[MAX_GROUP:]
+        if not batch:
+            if lane.queue:
+                self._flush(lane)
+            return
+        lane.flushing = True
+        try:
+            lane.loop.run_in_executor(self._threads, self._flush_in_thread, lane, batch)
+        except RuntimeError as exc:  # the executor was shut down: the store is closed
+            lane.flushing = False
+            self._deliver(
+                batch, [(False, StoreError(f"store {self._where} is closed"))] * len(batch)
+            )
+            log.debug("flush after close: %s", exc)
+
+    def _flush_in_thread(
+        self, lane: _Lane, batch: list[tuple[Callable[[Any], Any], asyncio.Future[Any]]]
+    ) -> None:
+        notes: GroupState | None = None
+        try:
+            outcomes, notes = self._group_noting([fn for fn, _ in batch], lane.write)
+        except Exception as exc:
+            outcomes = [(False, exc)] * len(batch)
+        try:
+            lane.loop.call_soon_threadsafe(self._flushed, lane, batch, outcomes)
+        except RuntimeError:  # pragma: no cover - the loop closed with calls in flight
+            return
+        if notes is not None:
+            self._notify(notes)
+
+    def _flushed(
+        self,
+        lane: _Lane,
+        batch: list[tuple[Callable[[Any], Any], asyncio.Future[Any]]],
+        outcomes: list[_Outcome],
+    ) -> None:
+        self._deliver(batch, outcomes)
+        lane.flushing = False
+        if lane.queue and not lane.scheduled:
+            lane.scheduled = True
+            self._flush(lane)
+
+    @staticmethod
+    def _deliver(
+        batch: list[tuple[Callable[[Any], Any], asyncio.Future[Any]]], outcomes: list[_Outcome]
+    ) -> None:
+        for (_, future), (ok, value) in zip(batch, outcomes, strict=True):
+            if future.done():
+                continue  # the caller gave up waiting; the write itself stands
+            if ok:
+                future.set_result(value)
+            else:
+                future.set_exception(value)
+
+    def _group(self, fns: Sequence[Callable[[Any], Any]], write: bool) -> list[_Outcome]:
+        """Run ``fns`` as one transaction, then send its notifications."""
+        outcomes, notes = self._group_noting(fns, write)
+        if notes is not None:
+            self._notify(notes)
+        return outcomes
+
+    def _group_noting(
+        self, fns: Sequence[Callable[[Any], Any]], write: bool
+    ) -> tuple[list[_Outcome], GroupState | None]:
+        """Run ``fns`` as one transaction, retrying transient failures; their outcomes."""
+        if not write:
+            return self._retrying(lambda: self._read_once(fns), "read"), None
+        op_id = uuid.uuid4()
+        previous: list[_Outcome] | None = None  # a try whose COMMIT may have applied
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                self._check_open()
+                return self._write_once(fns, op_id, replay=previous is not None)
+            except _AlreadyCommitted:
+                assert previous is not None
+                log.info("a lost COMMIT reply: the transaction had committed; not applied again")
+                return previous, None
+            except _Regroup:
+                return [self._group([fn], write=True)[0] for fn in fns], None
+            except _CommitUnknown as exc:
+                previous, cause = exc.outcomes, exc.__cause__
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                cause = exc
+            assert cause is not None
+            if attempt >= self.options.retries:
+                unknown = " (it may or may not have been applied)" if previous else ""
+                raise StoreError(
+                    f"{describe(cause, self._where)}; gave up after {attempt} tries{unknown}"
+                ) from cause
+            self._sweep_pool(cause)
+            pause = backoff(attempt, self.options.retry_base, self.options.retry_cap)
+            log.info("transient failure on %s (%s); retry %d in %.3fs", self._where, cause,
+                     attempt, pause)  # fmt: skip
+            time.sleep(pause)  # in a worker thread: waiting out a failure, not for a result
+
+    def _retrying(self, once: Callable[[], T], what: str) -> T:
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                self._check_open()
+                return once()
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                if attempt >= self.options.retries:
+                    raise StoreError(
+                        f"{describe(exc, self._where)}; gave up after {attempt} tries"
+                    ) from exc
+                self._sweep_pool(exc)
+                time.sleep(backoff(attempt, self.options.retry_base, self.options.retry_cap))
+
+    def _sweep_pool(self, cause: BaseException) -> None:
+        """After a lost connection, test the idle ones: a server restart or an operator
+        ending backends breaks them all, and each would otherwise cost a try of its own."""
+        if connection_lost(cause):
+            try:
+                self._pool.check()
+            except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:  # pragma: no cover
+                log.info("pool check failed: %s", exc)
+
+    def _read_once(self, fns: Sequence[Callable[[Any], Any]]) -> list[_Outcome]:
+        state = GroupState(write=False, now=self._now)
+        outcomes: list[_Outcome] = []
+        with self._pool.connection() as conn:
+            cur = cursor(conn)
+            if len(fns) > 1:
+                state.preload(cur, probe(fns))
+            for fn in fns:
+                try:
+                    outcomes.append((True, fn(PgTx(cur, state))))
+                except psycopg.Error as exc:
+                    if is_transient(exc):
+                        raise
+                    outcomes.append((False, self._store_error(exc)))
+                except Exception as exc:
+                    outcomes.append((False, exc))
+        return outcomes
+
+    def _write_once(
+        self, fns: Sequence[Callable[[Any], Any]], op_id: uuid.UUID, *, replay: bool
+    ) -> tuple[list[_Outcome], GroupState]:
+        state = GroupState(write=True, now=self._now)
+        outcomes: list[_Outcome] = []
+        committing = False
+        with self._pool.connection() as conn:
+            cur = cursor(conn)
+            try:
+                cur.execute(b"BEGIN")
+                if replay:
+                    try:
+                        cur.execute(Q["log_write"], {"op_id": op_id})
+                    except psycopg.errors.UniqueViolation:
+                        raise _AlreadyCommitted from None
+                state.preload(cur, probe(fns))
+                outcomes = self._calls(cur, fns, state)
+                state.flush(cur)
+                if state.wrote and not replay:
+                    cur.execute(Q["log_write"], {"op_id": op_id})
+                if state.wrote:
+                    self._maybe_trim(cur)
+                committing = True
+                self._commit(conn)
+            except _Refused as refused:
+                _rollback(conn)
+                return [(False, refused.error)], state
+            except psycopg.Error as exc:
+                _rollback(conn)
+                if not is_transient(exc):
+                    if len(fns) > 1:
+                        raise _Regroup from exc
+                    return [(False, self._store_error(exc))], state
+                if committing:
+                    raise _CommitUnknown(outcomes) from exc
+                raise
+            except BaseException:
+                _rollback(conn)
+                raise
+        return outcomes, state
+
+    def _calls(
+        self,
+        cur: psycopg.Cursor[dict[str, Any]],
+        fns: Sequence[Callable[[Any], Any]],
+        state: GroupState,
+    ) -> list[_Outcome]:
+        """Run each call of a write group; a refused one is undone, the others stand."""
+        outcomes: list[_Outcome] = []
+        for fn in fns:
+            tx = PgTx(cur, state)
+            mark = state.mark()
+            try:
+                outcomes.append((True, fn(tx)))
+            except psycopg.Error as exc:
+                if is_transient(exc):
+                    raise
+                if len(fns) > 1:
+                    raise _Regroup from exc
+                raise _Refused(self._store_error(exc)) from exc
+            except Exception as exc:
+                if tx.sent or state.flushes != mark[3]:
+                    # Part of it reached the database: only a rollback can undo it.
+                    if len(fns) > 1:
+                        raise _Regroup from exc
+                    raise _Refused(exc) from exc
+                state.undo(mark)
+                outcomes.append((False, exc))
+        return outcomes
+
+    def _commit(self, conn: psycopg.Connection[Any]) -> None:
+        """Send COMMIT and wait for its answer (tests override this to lose the answer)."""
+        conn.execute(b"COMMIT")
+
+    def _maybe_trim(self, cur: psycopg.Cursor[Any]) -> None:
+        now = time.monotonic()
+        if now - self._last_trim < TRIM_EVERY or not self._trim_lock.acquire(blocking=False):
+            return
+        try:
+            self._last_trim = now
+            cur.execute(Q["trim_write_log"])
+        finally:
+            self._trim_lock.release()
+
+    def _store_error(self, exc: BaseException) -> StoreError:
+        error = StoreError(describe(exc, self._where))
+        error.__cause__ = exc
+        return error
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError(f"store {self._where} is closed")
+
+    # --- notifications -----------------------------------------------------------------
+
+    def _notify(self, state: GroupState) -> None:
+        """After COMMIT, outside the transaction: one coalesced NOTIFY per channel."""
+        if self._listener is None or not (state.ready_names or state.cancelled):
+            return
+        ready, cancel = channels(self.options.channel_tag)
+        messages = [(ready, p) for p in payloads(state.ready_names)] if state.ready_names else []
+        messages += [(cancel, p) for p in payloads(state.cancelled)] if state.cancelled else []
+        try:
+            with self._pool.connection() as conn, conn.pipeline():
+                for channel, payload in messages:
+                    conn.execute(Q["notify"], {"channel": channel, "payload": payload})
+        except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+            # Polling covers for it: a lost notification only delays.
+            log.info("notification not sent (%s)", exc)
+
+    def subscribe(
+        self,
+        names: Collection[str],
+        *,
+        on_ready: Callable[[], None],
+        on_cancel: Callable[[str], None],
+    ) -> Callable[[], None]:
+        """Wake-ups for a worker on the calling event loop (LISTEN/NOTIFY).
+
+        ``on_ready()`` runs when tasks with one of ``names`` may have become ready,
+        ``on_cancel(task_id)`` when a task was cancelled. Both are hints: the worker's
+        polling stays the guarantee. Returns the function that unsubscribes. With
+        ``notify=off`` it subscribes to nothing.
+        """
+        if self._listener is None:
+            return lambda: None
+        return self._listener.subscribe(names, on_ready, on_cancel)
+
+    @property
+    def listening(self) -> bool:
+        """Whether the LISTEN connection is up (tests wait for it before they notify)."""
+        return self._listener is not None and self._listener.connected.is_set()
+
+    # --- the one statement claim ----------------------------------------------------------
+
+    async def claim(
+        self, names: Collection[str], *, worker: str, lease_seconds: float, limit: int = 1
+    ) -> Sequence[Task]:
+        if isinstance(names, str):
+            raise InvalidPayload(
+                f"names must be a collection of task names, not the string {names!r}"
+            )
+        check_key(worker, "worker id", self.limits)
+        lease = check_seconds(lease_seconds, "lease", allow_zero=False)
+        wanted = sorted(set(names))
+        if not wanted or limit < 1:
+            return []
+        count = min(limit, MAX_CLAIM_BATCH)
+        return await self._run(
+            lambda tx: tx.claim(wanted, self._now(), worker, lease, count), write=True
+        )
+
+    # --- administration ----------------------------------------------------------------
+
+    async def close(self) -> None:
+        # Let queued calls finish first: a caller awaiting one must get its answer.
+        pending = [f for f in self._inflight if f.get_loop() is _current_loop()]
+        if pending:
+            await asyncio.wait(pending)
+        await anyio.to_thread.run_sync(self.close_sync)
+
+    def close_sync(self) -> None:
+        """Close the pool and the LISTEN connection. Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._listener is not None:
+            self._listener.close()
+        self._threads.shutdown(wait=True)
+        self._pool.close()
+
+
+def _current_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:  # pragma: no cover
+        return None
+
+
+def _rollback(conn: psycopg.Connection[Any]) -> None:
+    """Roll back whatever is open; a broken connection has nothing to roll back."""
+    try:
+        if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            conn.execute(b"ROLLBACK")
+    except psycopg.Error:
+        pass

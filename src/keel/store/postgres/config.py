@@ -1,0 +1,164 @@
+"""PostgreSQL store URLs: what Keel reads from them, and what it hands to libpq.
+
+``postgresql://user:password@host:port/dbname?option=value&…`` (``postgres://`` too).
+Keel's own options are taken out of the query string; every other one (``sslmode``,
+``connect_timeout``, ``application_name``, ``options`` …) goes to libpq unchanged.
+
+Keel's options:
+
+==================  =========  ==============================================================
+option              default    meaning
+==================  =========  ==============================================================
+``schema``          (none)     keep Keel's tables in this schema (created if missing); without
+                               it they go where the role's ``search_path`` puts them
+``notify``          ``on``     ``off``: no LISTEN/NOTIFY; workers find work by polling alone
+``pool_min``        ``1``      connections the pool keeps open
+``pool_max``        ``4``      connections the pool opens at most (plus one for LISTEN)
+``pool_timeout``    ``30``     seconds a transaction waits for a free pooled connection
+``retries``         ``10``     tries of a transaction that hits a transient error
+``retry_base``      ``0.05``   seconds before the second try (then doubling, jittered)
+``retry_cap``       ``2``      seconds at most between tries
+==================  =========  ==============================================================
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from keel.errors import ConfigurationError
+
+__all__ = ["PostgresOptions", "parse_postgres_url"]
+
+_SCHEMA = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+_SWITCH = {"on": True, "true": True, "1": True, "off": False, "false": False, "0": False}
+DEFAULT_CONNECT_TIMEOUT = 10  # seconds, unless the URL sets connect_timeout
+
+
+@dataclass(frozen=True, slots=True)
+class PostgresOptions:
+    """A parsed PostgreSQL store URL."""
+
+    url: str
+    """The URL as given (with any password in it: never print it; see :attr:`display`)."""
+    conninfo: str
+    """What psycopg connects with: the URL without Keel's options, plus the schema."""
+    host: str
+    port: str
+    dbname: str
+    schema: str | None = None
+    notify: bool = True
+    pool_min: int = 1
+    pool_max: int = 4
+    pool_timeout: float = 30.0  # seconds
+    retries: int = 10
+    retry_base: float = 0.05  # seconds
+    retry_cap: float = 2.0  # seconds
+
+    @property
+    def display(self) -> str:
+        """Where the store is, for messages: host, port, database and schema, no password."""
+        where = f"{self.host}:{self.port}/{self.dbname}"
+        return where if self.schema is None else f"{where} (schema {self.schema})"
+
+    @property
+    def channel_tag(self) -> str:
+        """Distinguishes this store's NOTIFY channels from another Keel schema's in the
+        same database (channel names are per database)."""
+        return hashlib.sha256((self.schema or "").encode()).hexdigest()[:12]
+
+
+def _number(options: dict[str, str], name: str, default: float, low: float, url: str) -> float:
+    raw = options.pop(name, None)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not value >= low:  # also refuses nan
+        raise ConfigurationError(f"{name} must be a number >= {low:g} in {_safe(url)!r}")
+    return value
+
+
+def _safe(url: str) -> str:
+    """The URL with any password masked."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def parse_postgres_url(url: str) -> PostgresOptions:
+    """Split a ``postgresql://`` URL into Keel's options and libpq's connection string.
+
+    Raises:
+        ConfigurationError: not a PostgreSQL URL, a malformed one, a bad Keel option, or
+            an option libpq does not know.
+    """
+    parts = urlsplit(url.strip())
+    if parts.scheme.lower() not in {"postgresql", "postgres"}:
+        raise ConfigurationError(f"{_safe(url)!r} is not a postgresql:// URL")
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    keel = {k: v for k, v in query if k in _KEEL_OPTIONS}
+    libpq = [(k, v) for k, v in query if k not in _KEEL_OPTIONS]
+    schema = keel.pop("schema", None)
+    if schema is not None and not _SCHEMA.match(schema):
+        raise ConfigurationError(
+            f"schema must be a plain identifier (letters, digits, _), not {schema!r}"
+        )
+    notify_raw = keel.pop("notify", "on").lower()
+    if notify_raw not in _SWITCH:
+        raise ConfigurationError(f"notify must be on or off, not {notify_raw!r}")
+    pool_min = int(_number(keel, "pool_min", 1, 0, url))
+    pool_max = int(_number(keel, "pool_max", 4, 1, url))
+    if pool_min > pool_max:
+        raise ConfigurationError(f"pool_min ({pool_min}) is larger than pool_max ({pool_max})")
+    pool_timeout = _number(keel, "pool_timeout", 30.0, 0.001, url)
+    retries = int(_number(keel, "retries", 10, 1, url))
+    retry_base = _number(keel, "retry_base", 0.05, 0, url)
+    retry_cap = _number(keel, "retry_cap", 2.0, 0, url)
+    # libpq reads both schemes; give it the canonical one and the remaining options.
+    stripped = urlunsplit(parts._replace(scheme="postgresql", query=urlencode(libpq)))
+    try:
+        params = conninfo_to_dict(stripped)
+    except psycopg.ProgrammingError as exc:
+        raise ConfigurationError(f"bad PostgreSQL URL {_safe(url)!r}: {exc}") from None
+    extra: dict[str, object] = {}
+    if "connect_timeout" not in params:
+        extra["connect_timeout"] = DEFAULT_CONNECT_TIMEOUT
+    if schema is not None:
+        # Every connection resolves Keel's unqualified table names in this schema.
+        given = str(params.get("options") or "")
+        extra["options"] = f"{given} -c search_path={schema}".strip()
+    try:
+        conninfo = make_conninfo(stripped, **extra)  # type: ignore[arg-type]
+    except psycopg.ProgrammingError as exc:
+        raise ConfigurationError(f"bad PostgreSQL URL {_safe(url)!r}: {exc}") from None
+    return PostgresOptions(
+        url=url,
+        conninfo=conninfo,
+        host=str(params.get("host") or "localhost"),
+        port=str(params.get("port") or "5432"),
+        dbname=str(params.get("dbname") or params.get("user") or "(default)"),
+        schema=schema,
+        notify=_SWITCH[notify_raw],
+        pool_min=pool_min,
+        pool_max=pool_max,
+        pool_timeout=pool_timeout,
+        retries=retries,
+        retry_base=retry_base,
+        retry_cap=retry_cap,
+    )
+
+
+_KEEL_OPTIONS = frozenset(
+    {"schema", "notify", "pool_min", "pool_max", "pool_timeout", "retries", "retry_base",
+     "retry_cap"}
+)  # fmt: skip

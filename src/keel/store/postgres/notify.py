@@ -1,0 +1,169 @@
+"""Wake-ups across processes: PostgreSQL LISTEN/NOTIFY.
+
+A write that makes tasks ready to run (a new task, input that completes a request, a
+release, a recovered lease) or cancels a running one is followed, *after* its transaction
+commits and outside it, by one coalesced ``pg_notify`` per channel: the names of the
+tasks that became ready, the ids of the tasks that were cancelled. A worker that
+subscribed is poked at once instead of at its next poll.
+
+Notifications are an optimisation only. One that is lost (no listener connected at that
+moment, a connection that broke, a payload too large) delays the work until the next
+poll; nothing depends on it. After its connection comes back, a listener pokes every
+subscriber, since it may have missed something meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import threading
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+
+import psycopg
+from psycopg import sql
+
+from keel.store.postgres.faults import backoff
+
+__all__ = ["Listener", "payloads"]
+
+log = logging.getLogger("keel.store.postgres")
+
+MAX_PAYLOAD = 7_900  # bytes; PostgreSQL refuses notification payloads of 8000 or more
+POLL = 0.25  # seconds between checks of the stop flag while no notification arrives
+
+
+def channels(tag: str) -> tuple[str, str]:
+    """The (ready, cancel) channel names of one store."""
+    return f"keel_ready_{tag}", f"keel_cancel_{tag}"
+
+
+def payloads(values: Collection[str]) -> list[str]:
+    """JSON lists of ``values``, each under the payload limit (``""`` means "anything")."""
+    out: list[str] = []
+    chunk: list[str] = []
+    for value in sorted(values):
+        if len(value.encode()) > MAX_PAYLOAD - 10:
+            return [""]
+        if len(json.dumps([*chunk, value]).encode()) > MAX_PAYLOAD:
+            out.append(json.dumps(chunk))
+            chunk = []
+        chunk.append(value)
+    if chunk:
+        out.append(json.dumps(chunk))
+    return out
+
+
+def _decode(payload: str) -> set[str] | None:
+    """The values of a payload; None for "anything" (or a payload we cannot read)."""
+    if not payload:
+        return None
+    try:
+        values = json.loads(payload)
+    except ValueError:
+        return None
+    return {v for v in values if isinstance(v, str)} if isinstance(values, list) else None
+
+
+@dataclass(eq=False)
+class _Subscriber:
+    loop: asyncio.AbstractEventLoop
+    names: frozenset[str]
+    on_ready: Callable[[], None]
+    on_cancel: Callable[[str], None]
+
+    def call(self, fn: Callable[..., None], *args: object) -> None:
+        # RuntimeError: the loop closed meanwhile, and there is nobody left to wake.
+        with contextlib.suppress(RuntimeError):
+            self.loop.call_soon_threadsafe(fn, *args)
+
+
+class Listener:
+    """One LISTEN connection per store, in a daemon thread, shared by its subscribers."""
+
+    def __init__(self, conninfo: str, tag: str, *, retry_cap: float) -> None:
+        self._conninfo = conninfo
+        self._ready, self._cancel = channels(tag)
+        self._retry_cap = max(retry_cap, 0.1)
+        self._subscribers: list[_Subscriber] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.connected = threading.Event()
+        """Set while the LISTEN connection is up (tests wait on it)."""
+
+    def subscribe(
+        self,
+        names: Collection[str],
+        on_ready: Callable[[], None],
+        on_cancel: Callable[[str], None],
+    ) -> Callable[[], None]:
+        """Call ``on_ready()`` when tasks with one of ``names`` become ready and
+        ``on_cancel(task_id)`` when a task is cancelled, on the calling event loop.
+
+        Returns the function that ends the subscription.
+        """
+        subscriber = _Subscriber(asyncio.get_running_loop(), frozenset(names), on_ready, on_cancel)
+        with self._lock:
+            self._subscribers.append(subscriber)
+            if self._thread is None or not self._thread.is_alive():
+                self._stop.clear()
+                self._thread = threading.Thread(
+                    target=self._run, name="keel-pg-listen", daemon=True
+                )
+                self._thread.start()
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if subscriber in self._subscribers:
+                    self._subscribers.remove(subscriber)
+
+        return unsubscribe
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the thread and close its connection."""
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
+    def _dispatch(self, channel: str, payload: str) -> None:
+        with self._lock:
+            subscribers = list(self._subscribers)
+        values = _decode(payload)
+        for s in subscribers:
+            if channel == self._ready:
+                if values is None or values & s.names:
+                    s.call(s.on_ready)
+            elif channel == self._cancel and values is not None:
+                for task_id in values:
+                    s.call(s.on_cancel, task_id)
+
+    def _poke_all(self) -> None:
+        with self._lock:
+            subscribers = list(self._subscribers)
+        for s in subscribers:
+            s.call(s.on_ready)
+
+    def _run(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                with psycopg.connect(self._conninfo, autocommit=True) as conn:
+                    for channel in (self._ready, self._cancel):
+                        conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+                    self.connected.set()
+                    if failures:
+                        self._poke_all()  # something may have happened while we were away
+                    failures = 0
+                    while not self._stop.is_set():
+                        for note in conn.notifies(timeout=POLL):
+                            self._dispatch(note.channel, note.payload)
+            except psycopg.Error as exc:
+                self.connected.clear()
+                failures += 1
+                log.info("LISTEN connection lost (%s); polling covers for it meanwhile", exc)
+                self._stop.wait(backoff(failures, 0.1, self._retry_cap))
+        self.connected.clear()

@@ -1,0 +1,300 @@
+"""The PostgreSQL :class:`~keel.store.base.Tx`: row primitives over one connection.
+
+A write group runs several protocol calls in one transaction. To keep that to a handful
+of round trips whatever its size:
+
+* the tasks the group will change are read and locked in **one** ``SELECT … FOR UPDATE``
+  up front (see :func:`probe`), in task-id order so that two groups cannot deadlock;
+* updates and history entries are **held back** and sent together (one pipelined
+  ``executemany`` each) just before anything that must see them, and before COMMIT;
+* what the transaction knows of a task (read, inserted or changed) is kept, so a second
+  call on the same task in the group reads it without a round trip.
+
+A call that is refused (a :class:`~keel.errors.KeelError`) before anything it did reached
+the database is simply undone from what is held back; the others in its group commit.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Collection, Sequence
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from keel.errors import StoreError
+from keel.model import Event, JsonValue, Status, Task
+from keel.store.base import task_from_row, task_to_row
+from keel.store.sqlfiles import load_queries
+
+__all__ = ["GroupState", "PgTx", "probe"]
+
+Q = load_queries(__package__ or "keel.store.postgres")
+
+_ABSENT = object()
+
+Mark = tuple[int, dict[str, Task | None], dict[str, tuple[Task, Task]], int]
+
+
+class _Miss(Exception):
+    """Raised by the probe: the call needs this task (or something else) from the database."""
+
+    def __init__(self, task_id: str | None) -> None:
+        super().__init__(task_id)
+        self.task_id = task_id
+
+
+class _ProbeTx:
+    """A Tx that answers nothing: it only learns which task a call reads first."""
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        def miss(*args: Any, **kwargs: Any) -> Any:
+            if name == "load" and args and isinstance(args[0], str):
+                raise _Miss(args[0])
+            raise _Miss(None)
+
+        return miss
+
+
+def probe(fns: Sequence[Callable[[Any], Any]]) -> list[str]:
+    """The ids of the tasks ``fns`` read first (calls that start otherwise add nothing).
+
+    Every protocol call is a pure function of what its Tx answers, so running it against
+    a Tx that answers nothing has no effect but to learn what it asks for first.
+    """
+    wanted: dict[str, None] = {}
+    for fn in fns:
+        try:
+            fn(_ProbeTx())
+        except _Miss as miss:
+            if miss.task_id is not None:
+                wanted[miss.task_id] = None
+        except Exception:  # noqa: S112 - a call refused without reading: nothing to fetch
+            continue
+    return list(wanted)
+
+
+class GroupState:
+    """What one transaction (a group of calls) knows and holds back."""
+
+    def __init__(self, *, write: bool, now: Callable[[], float]) -> None:
+        self.write = write
+        self._now = now
+        self.cache: dict[str, Task | None] = {}
+        """Each task as this transaction sees it (None: known not to exist)."""
+        self.updates: dict[str, tuple[Task, Task]] = {}
+        """Held-back updates: task id -> (the row as stored, the task as it must be)."""
+        self.events: list[dict[str, Any]] = []
+        self.flushes = 0
+        """How many times held-back writes were sent (a call that saw one cannot be undone)."""
+        self.wrote = False
+        """Whether anything reached the database (held-back writes count once sent)."""
+        self.ready_names: set[str] = set()
+        self.cancelled: set[str] = set()
+
+    def preload(self, cur: psycopg.Cursor[dict[str, Any]], task_ids: Sequence[str]) -> None:
+        ids = [i for i in task_ids if i not in self.cache]
+        if not ids:
+            return
+        query = Q["get_tasks_locked"] if self.write else Q["get_tasks"]
+        found = {r["task_id"]: task_from_row(r) for r in cur.execute(query, {"task_ids": ids})}
+        for task_id in ids:
+            self.cache[task_id] = found.get(task_id)
+
+    def note(self, old: Task | None, new: Task) -> None:
+        """Remember what the notifications after COMMIT must say about ``new``."""
+        if new.status is Status.WORKING and new.lease_owner is None and new.name is not None:
+            if new.ready_at <= self._now():
+                self.ready_names.add(new.name)
+        elif new.status is Status.CANCELLED and old is not None and old.lease_owner is not None:
+            self.cancelled.add(new.task_id)
+
+    def flush(self, cur: psycopg.Cursor[dict[str, Any]]) -> None:
+        """Send the held-back updates and history entries."""
+        if self.updates or self.events:
+            self.flushes += 1
+        if self.updates:
+            rows = []
+            for stored, new in self.updates.values():
+                row = task_to_row(new, mutable_only=True)
+                row.update(task_id=stored.task_id, old_status=stored.status.value,
+                           old_fence=stored.fence)  # fmt: skip
+                rows.append(row)
+            self.updates = {}
+            cur.executemany(Q["update_task"], rows)
+            if cur.rowcount != len(rows):
+                # The rows are locked: this cannot happen. If it does, refuse the group.
+                raise StoreError("a task changed under a locked write; nothing was written")
+            self.wrote = True
+        if self.events:
+            events, self.events = self.events, []
+            cur.executemany(Q["insert_event"], events)
+            self.wrote = True
+
+    def mark(self) -> Mark:
+        """What to go back to if the next call is refused (see :meth:`undo`)."""
+        return len(self.events), dict(self.cache), dict(self.updates), self.flushes
+
+    def undo(self, mark: Mark) -> None:
+        """Forget a refused call's held-back writes (only if none of them were sent)."""
+        del self.events[mark[0] :]
+        self.cache, self.updates = mark[1], mark[2]
+
+
+class PgTx:
+    """One protocol call's view of the group's transaction."""
+
+    def __init__(self, cur: psycopg.Cursor[dict[str, Any]], state: GroupState) -> None:
+        self._cur = cur
+        self._s = state
+        self.sent = False
+        """Whether this call sent a write that cannot be undone without a rollback."""
+
+    def _sent(self) -> None:
+        self.sent = True
+        self._s.wrote = True
+
+    def _fetch(self, query: str, params: dict[str, Any]) -> list[Task]:
+        self._s.flush(self._cur)
+        tasks = [task_from_row(r) for r in self._cur.execute(Q[query], params)]
+        for task in tasks:
+            # A held-back change is newer than the row (flushed above, so none are left).
+            self._s.cache[task.task_id] = task
+        return tasks
+
+    def load(self, task_id: str) -> Task | None:
+        cache = self._s.cache
+        if task_id in cache:
+            return cache[task_id]
+        query = Q["get_task_locked"] if self._s.write else Q["get_task"]
+        row = self._cur.execute(query, {"task_id": task_id}).fetchone()
+        task = None if row is None else task_from_row(row)
+        cache[task_id] = task
+        return task
+
+    def load_by_key(self, owner: str, key: str) -> Task | None:
+        row = self._cur.execute(
+            Q["get_task_by_key"], {"owner": owner, "idempotency_key": key}
+        ).fetchone()
+        if row is None:
+            return None
+        task_id = row["task_id"]
+        cached = self._s.cache.get(task_id, _ABSENT)
+        if isinstance(cached, Task):
+            return cached
+        task = task_from_row(row)
+        self._s.cache[task_id] = task
+        return task
+
+    def insert(self, task: Task) -> None:
+        self._s.flush(self._cur)  # history entries of earlier calls first, in order
+        self._cur.execute(Q["insert_task"], task_to_row(task))
+        self._sent()
+        self._s.cache[task.task_id] = task
+        self._s.note(None, task)
+
+    def update(self, old: Task, new: Task) -> None:
+        held = self._s.updates.get(old.task_id)
+        stored = old if held is None else held[0]
+        self._s.updates[old.task_id] = (stored, new)
+        self._s.cache[old.task_id] = new
+        self._s.note(old, new)
+
+    def append(self, event: Event) -> None:
+        self._s.events.append(
+            {
+                "task_id": event.task_id,
+                "at": event.at,
+                "from_status": None if event.from_status is None else event.from_status.value,
+                "to_status": event.to_status.value,
+                "reason": event.reason,
+                "actor": event.actor,
+            }
+        )
+
+    def ready(self, names: Collection[str], now: float, limit: int) -> list[Task]:
+        return self._fetch("ready_tasks", {"names": list(names), "now": now, "limit": limit})
+
+    def expired(self, now: float, limit: int) -> list[Task]:
+        if not self._s.write:
+            # The sweep's "anything to do?" read: ids only, no lock.
+            rows = self._cur.execute(Q["any_expired"], {"now": now}).fetchall()
+            return [t for r in rows if (t := self.load(r["task_id"])) is not None][:limit]
+        return self._fetch("expired_leases", {"now": now, "limit": limit})
+
+    def stale(self, cutoff: float) -> list[Task]:
+        return self._fetch("stale_tasks", {"cutoff": cutoff})
+
+    def purgeable(self, now: float, limit: int) -> list[str]:
+        self._s.flush(self._cur)
+        rows = self._cur.execute(Q["purgeable_tasks"], {"now": now, "limit": limit})
+        return [r["task_id"] for r in rows]
+
+    def delete(self, task_ids: Sequence[str]) -> None:
+        if not task_ids:
+            return
+        self._s.flush(self._cur)
+        self._cur.execute(Q["delete_tasks"], {"task_ids": list(task_ids)})
+        self._sent()
+        for task_id in task_ids:
+            self._s.cache[task_id] = None
+
+    def put_step(self, task_id: str, step: str, value_json: str, at: float) -> None:
+        self._cur.execute(
+            Q["put_step"], {"task_id": task_id, "name": step, "value": value_json, "created_at": at}
+        )
+        self._sent()
+
+    def get_steps(self, task_id: str) -> dict[str, JsonValue]:
+        rows = self._cur.execute(Q["get_steps"], {"task_id": task_id})
+        return {r["name"]: json.loads(r["value"]) for r in rows}
+
+    def events(self, task_id: str) -> list[Event]:
+        self._s.flush(self._cur)
+        return [
+            Event(
+                task_id=r["task_id"],
+                at=r["at"],
+                from_status=None if r["from_status"] is None else Status(r["from_status"]),
+                to_status=Status(r["to_status"]),
+                reason=r["reason"],
+                actor=r["actor"],
+            )
+            for r in self._cur.execute(Q["get_events"], {"task_id": task_id})
+        ]
+
+    def status_of(self, task_ids: Sequence[str]) -> dict[str, tuple[Status, int]]:
+        self._s.flush(self._cur)
+        rows = self._cur.execute(Q["task_statuses"], {"task_ids": list(task_ids)})
+        return {r["task_id"]: (Status(r["status"]), r["fence"]) for r in rows}
+
+    def page(
+        self, status: Status | None, owner: str | None, limit: int, after: str | None
+    ) -> list[Task]:
+        params = {
+            "status": None if status is None else status.value,
+            "owner": owner,
+            "after": after,
+            "limit": limit,
+        }
+        return self._fetch("page_tasks", params)
+
+    def claim(
+        self, names: Collection[str], now: float, worker: str, lease: float, limit: int
+    ) -> list[Task]:
+        """Lease up to ``limit`` ready tasks in one statement (see ``claim`` in queries.sql)."""
+        self._s.flush(self._cur)
+        params = {"names": list(names), "now": now, "worker": worker, "lease": lease,
+                  "limit": limit}  # fmt: skip
+        tasks = [task_from_row(r) for r in self._cur.execute(Q["claim"], params)]
+        for task in tasks:
+            self._s.cache[task.task_id] = task
+        if tasks:
+            self._sent()
+        return tasks
+
+
+def cursor(conn: psycopg.Connection[Any]) -> psycopg.Cursor[dict[str, Any]]:
+    """A cursor whose rows are dicts (what :func:`task_from_row` reads)."""
+    return conn.cursor(row_factory=dict_row)
