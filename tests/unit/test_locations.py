@@ -204,3 +204,11 @@ def test_open_store_postgres_without_a_server_is_a_configuration_error():
     """A PostgreSQL URL with no server (or database) there: ConfigurationError naming it."""
     with pytest.raises(ConfigurationError, match=r"PostgreSQL at 127\.0\.0\.1:1"):
         open_store("postgresql://127.0.0.1:1/keel?connect_timeout=2")
+
+
+def test_a_postgres_password_never_shows_in_descriptions():
+    """describe() masks the password (startup messages and logs print it)."""
+    described = parse_location("postgresql://keel:s3cret@db.example:5432/keel").describe()
+    assert "s3cret" not in described
+    assert described == "PostgreSQL postgresql://keel:***@db.example:5432/keel"
+    assert "***" not in parse_location("postgresql://keel@db/keel").describe()

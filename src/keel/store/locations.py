@@ -55,7 +55,17 @@ class Location:
         if self.kind == "sqlite":
             sync = self.options.get("synchronous", "full")
             return f"SQLite {self.path} (synchronous={sync})"
-        return f"PostgreSQL {self.url}"
+        return f"PostgreSQL {redact(self.url)}"
+
+
+def redact(url: str) -> str:
+    """The URL with any password replaced by ``***`` (for logs and messages)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    user = parts.username or ""
+    return parts._replace(netloc=f"{user}:***@{netloc}").geturl()
 
 
 def resolve_location(explicit: str | None = None) -> str:
