@@ -52,6 +52,7 @@ from keel.runtime.outcomes import (
     tool_result,
 )
 from keel.store import Store
+from keel.store.protocol import WakeUps
 
 __all__ = ["Worker"]
 
@@ -150,10 +151,10 @@ class Worker:
         unlisten = _listen(self.app, self._cancelled_here)
         # Optional store capability (PostgreSQL LISTEN/NOTIFY): wake-ups from other
         # processes. A hint only: the polling below still finds everything.
-        subscribe = getattr(self.app.store, "subscribe", None)
+        store = self.app.store
         unsubscribe = (
-            subscribe(names, on_ready=self._poke, on_cancel=self._cancelled_here)
-            if callable(subscribe)
+            store.subscribe(names, on_ready=self._poke, on_cancel=self._cancelled_here)
+            if isinstance(store, WakeUps)
             else None
         )
         try:

@@ -19,14 +19,32 @@ snapshot.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from keel.model import Event, InputRequest, JsonObject, JsonValue, Reclaimed, Status, Task
 
-__all__ = ["Clock", "Store"]
+__all__ = ["Clock", "Store", "WakeUps"]
 
 Clock = Callable[[], float]
 """Seconds since the epoch. Injected so that leases, TTLs and reclaim run in virtual time."""
+
+
+@runtime_checkable
+class WakeUps(Protocol):
+    """An optional store capability: hints from other processes (PostgreSQL's
+    LISTEN/NOTIFY). Workers use it when their store has it; polling stays the guarantee,
+    so a lost hint only delays."""
+
+    def subscribe(
+        self,
+        names: Collection[str],
+        *,
+        on_ready: Callable[[], None],
+        on_cancel: Callable[[str], None],
+    ) -> Callable[[], None]:
+        """Call ``on_ready()`` when tasks named ``names`` may have become ready and
+        ``on_cancel(task_id)`` when a task was cancelled; returns the unsubscribe."""
+        ...
 
 
 class Store(Protocol):
