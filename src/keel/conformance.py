@@ -87,11 +87,13 @@ async def test_tool_with_task(ctx: TaskContext) -> str:
     return f"Hello, {answer.get('name')}! (from a task)"
 
 
-def build_server(keel_app: Keel = app, *, run_workers: bool = True) -> MCPServer:
+def build_server(
+    keel_app: Keel = app, *, run_workers: bool = True, rate_limit_polls: bool = False
+) -> MCPServer:
     """The conformance server over ``keel_app`` (its store and workers)."""
     server: MCPServer = MCPServer(
         "keel-conformance",
-        extensions=[TasksExtension(keel_app)],
+        extensions=[TasksExtension(keel_app, rate_limit_polls=rate_limit_polls)],
         lifespan=keel_lifespan(keel_app, run_workers=run_workers),
     )
 

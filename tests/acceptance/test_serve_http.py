@@ -131,6 +131,7 @@ async def until(url: str, task_id: str, wanted: str) -> dict[str, Any]:
             await anyio.sleep(0.1)
 
 
+@pytest.mark.requirement("B4.4", "B8.5")
 async def test_a_task_survives_server_kills_between_every_step(server: Server) -> None:
     """create -> input_required -> (kill) -> update -> (kill) -> completed, one task id."""
     await server.ready()
@@ -156,6 +157,7 @@ async def test_a_task_survives_server_kills_between_every_step(server: Server) -
     assert done["result"]["content"][0]["text"] == "deleted incident.log"
 
 
+@pytest.mark.requirement("B4.16")
 async def test_cancel_while_running_over_http(server: Server) -> None:
     """tasks/cancel over HTTP settles a running task to cancelled."""
     await server.ready()

@@ -134,7 +134,9 @@ async def test_crashes_are_retried_with_backoff_then_dead_lettered(
     assert done.error == {
         "code": INTERNAL_ERROR,
         "message": "dead letter after 3 attempt(s): RuntimeError: boom 3",
+        "data": {"exception": "RuntimeError"},
     }
+    assert done.status_message == "failed: dead letter after 3 attempt(s): RuntimeError: boom 3"
     reasons = [e.reason for e in await store.history(task.task_id)]
     failures = [r for r in reasons if " failed: " in r]
     assert failures[0].startswith("attempt 1/3 failed: RuntimeError: boom 1; retrying in ")

@@ -75,6 +75,7 @@ def server(app: Keel) -> MCPServer[Any]:
     return MCPServer("t", extensions=[TasksExtension(app)], lifespan=keel_lifespan(app))
 
 
+@pytest.mark.requirement("B3.5", "B4.9", "B2.7")
 async def test_input_requests_go_to_the_callback_and_the_final_result_comes_back(
     server: MCPServer[Any],
 ) -> None:
@@ -107,6 +108,7 @@ async def test_input_requests_go_to_the_callback_and_the_final_result_comes_back
     assert seen[0][1]["service"]["params"]["message"] == "Which service?"
 
 
+@pytest.mark.requirement("B4.4")
 async def test_without_a_callback_a_waiting_task_raises_and_can_be_resumed(
     server: MCPServer[Any],
 ) -> None:
@@ -126,6 +128,7 @@ async def test_without_a_callback_a_waiting_task_raises_and_can_be_resumed(
     assert "declined, fine" in result.content[0].text  # type: ignore[union-attr]
 
 
+@pytest.mark.requirement("K5")
 async def test_a_wrong_answer_is_refused_naming_the_field_and_the_request_stays(
     server: MCPServer[Any],
 ) -> None:

@@ -82,6 +82,7 @@ async def until(client: Client, task_id: str, status: str) -> dict[str, Any]:
             await anyio.sleep(0.02)
 
 
+@pytest.mark.requirement("B2.1", "B4.5", "B5.2")
 async def test_create_input_update_complete(server: MCPServer[Any]) -> None:
     """A declared client gets a task, sees input_required with an elicitation request,
     answers through tasks/update, and reads the completed tool result."""
@@ -108,6 +109,7 @@ async def test_create_input_update_complete(server: MCPServer[Any]) -> None:
         assert done["result"]["structuredContent"] == {"incident": "INC-7", "service": "payments"}
 
 
+@pytest.mark.requirement("K5")
 async def test_an_answer_violating_the_schema_is_refused_naming_the_field(
     server: MCPServer[Any],
 ) -> None:
@@ -130,6 +132,7 @@ async def test_an_answer_violating_the_schema_is_refused_naming_the_field(
         assert (await get(client, created.task_id)).status == "input_required"
 
 
+@pytest.mark.requirement("B4.16")
 async def test_cancel_reaches_a_running_task_and_is_idempotent(server: MCPServer[Any]) -> None:
     """tasks/cancel settles a running task to cancelled; cancelling again acks the same."""
     async with Client(server, extensions=[Tasks()]) as client:
@@ -142,6 +145,7 @@ async def test_cancel_reaches_a_running_task_and_is_idempotent(server: MCPServer
         await until(client, created.task_id, "cancelled")
 
 
+@pytest.mark.requirement("B1.6", "B1.7", "B9.1")
 async def test_an_undeclared_client_gets_optional_tasks_inline_and_required_refused(
     server: MCPServer[Any],
 ) -> None:
@@ -158,6 +162,7 @@ async def test_an_undeclared_client_gets_optional_tasks_inline_and_required_refu
         assert info.value.code == -32021
 
 
+@pytest.mark.requirement("B6.1")
 async def test_unknown_tasks_and_invalid_arguments_are_minus_32602(
     server: MCPServer[Any],
 ) -> None:
@@ -171,6 +176,7 @@ async def test_unknown_tasks_and_invalid_arguments_are_minus_32602(
         assert info.value.code == -32602
 
 
+@pytest.mark.requirement("B2.7", "B4.3")
 async def test_the_client_extension_resolves_a_task_to_its_result(
     server: MCPServer[Any],
 ) -> None:

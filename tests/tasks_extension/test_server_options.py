@@ -3,6 +3,7 @@ limiting (rate_limit_polls), through the official client in-process."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +88,7 @@ async def test_a_task_still_running_after_the_window_gets_a_handle(tmp_path: Pat
     assert task.model_extra["result"]["content"][0]["text"] == "opened"
 
 
+@pytest.mark.requirement("B4.2")
 async def test_polls_faster_than_the_interval_are_refused_with_retry_after(
     tmp_path: Path,
 ) -> None:
@@ -135,3 +137,48 @@ def test_inline_within_is_bounded(tmp_path: Path) -> None:
 
         @app.task("x", inline_within=5)
         async def x(ctx: TaskContext) -> None: ...
+
+
+def build_crashing(tmp_path: Path, *, expose: bool) -> tuple[Keel, MCPServer[Any]]:
+    app = Keel(tmp_path / "keel.db")
+
+    @app.task("crash", max_attempts=1, poll_interval=0.02)
+    async def crash(ctx: TaskContext) -> None:
+        raise RuntimeError("password=hunter2 at db.internal:5432")
+
+    server = MCPServer(
+        "t", extensions=[TasksExtension(app, expose_crashes=expose)], lifespan=keel_lifespan(app)
+    )
+    return app, server
+
+
+async def failed_task(server: MCPServer[Any]) -> dict[str, Any]:
+    async with Client(server, extensions=[Tasks()]) as client:
+        with anyio.fail_after(WAIT):
+            created = await client.session.call_tool("crash", {}, allow_claimed=True)
+            assert isinstance(created, Created)
+            while True:
+                task = await get_task(client, created.task_id)
+                if task.status == "failed":
+                    return task.model_dump(by_alias=True)
+                await anyio.sleep(0.01)
+
+
+async def test_a_crash_shows_clients_its_exception_type_only(tmp_path: Path) -> None:
+    """A handler's unexpected exception: the client sees RuntimeError, in error and in
+    statusMessage, never its text; the history keeps the text for operators."""
+    app, server = build_crashing(tmp_path, expose=False)
+    task = await failed_task(server)
+    assert task["error"]["code"] == -32603
+    assert "RuntimeError" in task["error"]["message"]
+    assert "hunter2" not in json.dumps(task)
+    assert task["statusMessage"].startswith("failed: the task handler raised RuntimeError")
+    history = await app.store.history(task["taskId"])
+    assert any("hunter2" in event.reason for event in history)
+
+
+async def test_expose_crashes_shows_the_text(tmp_path: Path) -> None:
+    _, server = build_crashing(tmp_path, expose=True)
+    task = await failed_task(server)
+    assert "RuntimeError: password=hunter2" in task["error"]["message"]
+    assert "RuntimeError: password=hunter2" in task["statusMessage"]

@@ -2,7 +2,8 @@
 
 ``TasksClientExtension`` declares ``io.modelcontextprotocol/tasks`` on every request and
 claims ``CreateTaskResult`` answers: ``client.call_tool(…)`` then polls ``tasks/get``
-(respecting ``pollIntervalMs``), hands input requests to a callback and sends its
+(respecting ``pollIntervalMs``, and backing off when a server says a poll came too
+soon), hands input requests to a callback and sends its
 answers with ``tasks/update``, and returns the task's final ``CallToolResult``::
 
     async def answer(task_id: str, requests: dict[str, Any]) -> dict[str, Any]:
@@ -26,6 +27,7 @@ from typing import Any, Literal
 
 import anyio
 from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
+from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, Request, RequestParams, Result, TextContent
 from pydantic import ConfigDict
 
@@ -51,6 +53,7 @@ __all__ = [
 ]
 
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
+RATE_LIMITED = -32000  # what Keel's server answers a poll that came too soon
 
 InputHandler = Callable[[str, dict[str, Any]], Awaitable[Mapping[str, Any]]]
 """``async def on_input(task_id, input_requests) -> input_responses``.
@@ -162,6 +165,15 @@ async def cancel_task(client: Any, task_id: str) -> None:
     await _session(client).send_request(CancelTask(params=TaskIdParams(task_id=task_id)), Result)
 
 
+def _retry_after(exc: MCPError) -> float | None:
+    """Seconds a rate-limited poll is told to wait (``data.retryAfterMs``), else None."""
+    data = exc.error.data
+    if exc.error.code != RATE_LIMITED or not isinstance(data, Mapping):
+        return None
+    wait = data.get("retryAfterMs")
+    return wait / 1000 if isinstance(wait, int | float) and wait >= 0 else None
+
+
 def _final(task: Detailed) -> CallToolResult:
     data = task.model_dump(by_alias=True)
     if task.status == "completed":
@@ -196,7 +208,14 @@ class _Poller:
         try:
             answered: set[str] = set()
             while True:
-                task = await get_task(session, task_id)
+                try:
+                    task = await get_task(session, task_id)
+                except MCPError as exc:
+                    wait = _retry_after(exc)
+                    if wait is None:
+                        raise
+                    await anyio.sleep(max(wait, interval))  # polled too fast: back off
+                    continue
                 if task.status in TERMINAL:
                     return _final(task)
                 interval = self.interval(task.poll_interval_ms, interval)
@@ -210,7 +229,6 @@ class _Poller:
                         if responses:
                             await update_task(session, task_id, responses)
                             answered.update(responses)
-                            continue  # look again at once: the answer may finish it
                 await anyio.sleep(interval)
         except anyio.get_cancelled_exc_class():
             if self.cancel_on_exit:

@@ -54,7 +54,13 @@ from keel.errors import (
     InvalidTransition,
     TaskNotFound,
 )
-from keel.mcp.wire import TASKS_EXTENSION, create_task_result, detailed_task, input_from_wire
+from keel.mcp.wire import (
+    TASKS_EXTENSION,
+    create_task_result,
+    detailed_task,
+    input_from_wire,
+    public_error,
+)
 from keel.model import INTERNAL_ERROR, Status, Task
 from keel.model.validation import validate_input
 from keel.runtime import Keel, TaskDefinition, Worker
@@ -191,12 +197,17 @@ class TasksExtension(Extension):
         app: the Keel app whose tasks become tools.
         rate_limit_polls: refuse ``tasks/get`` polls faster than the task's poll interval
             allows (see the module docstring).
+        expose_crashes: show clients the text of a handler's unexpected exception (by
+            default they see only its type; the text stays in the task's history).
     """
 
     identifier = TASKS_EXTENSION
 
-    def __init__(self, app: Keel, *, rate_limit_polls: bool = False) -> None:
+    def __init__(
+        self, app: Keel, *, rate_limit_polls: bool = False, expose_crashes: bool = False
+    ) -> None:
         self.app = app
+        self.expose_crashes = expose_crashes
         self._limiter = PollLimiter() if rate_limit_polls else None
         self._bindings = {name: _tool_for(d) for name, d in app.tasks.items()}
         self._schemas = {
@@ -223,7 +234,12 @@ class TasksExtension(Extension):
         return definition.options.poll_interval if definition else 1.0
 
     def _wire(self, task: Task) -> dict[str, Any]:
-        return detailed_task(task, now=time.time(), poll_interval=self._poll_interval(task))
+        return detailed_task(
+            task,
+            now=time.time(),
+            poll_interval=self._poll_interval(task),
+            expose_crashes=self.expose_crashes,
+        )
 
     async def _lookup(self, ctx: ServerRequestContext[Any, Any], task_id: str) -> Task:
         require_client_extension(ctx, TASKS_EXTENSION)
@@ -340,9 +356,8 @@ class TasksExtension(Extension):
         if task.status is Status.COMPLETED:
             return {"resultType": "complete", **self._wire(task)["result"]}
         if task.status is Status.FAILED and task.error:
-            raise MCPError(
-                code=task.error["code"], message=task.error["message"], data=task.error.get("data")
-            )
+            error = public_error(task.error, expose_crashes=self.expose_crashes)
+            raise MCPError(code=error["code"], message=error["message"], data=error.get("data"))
         raise MCPError(code=INTERNAL_ERROR, message=f"task {task.task_id} was cancelled")
 
 

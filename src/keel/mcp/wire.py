@@ -9,6 +9,12 @@ against the spec's shapes directly.
   ``result`` or ``error``;
 * ``tools/call`` answers a flat ``CreateTaskResult``: the same, with ``resultType: "task"``;
 * ``tasks/update`` carries ``inputResponses``: elicitation results, ``{action, content}``.
+
+A task that failed because its handler raised an unexpected exception carries
+``data.exception`` (see :func:`keel.runtime.outcomes.crash_error`); on the wire its message
+says only which exception it was, unless the server exposes details: an exception's text
+can hold anything (paths, hostnames, secrets), and it stays in the task's history for
+operators (``keel tasks show``).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ __all__ = [
     "detailed_task",
     "input_from_wire",
     "iso8601",
+    "public_error",
     "ttl_ms",
 ]
 
@@ -58,7 +65,21 @@ def ttl_ms(task: Task, now: float) -> int | None:
     return max(0, math.ceil((expires - task.created_at) * 1000))
 
 
-def detailed_task(task: Task, *, now: float, poll_interval: float) -> JsonObject:
+def public_error(error: Mapping[str, Any] | None, *, expose_crashes: bool = False) -> JsonObject:
+    """The error as clients see it: a crash's message reduced to its exception type."""
+    shown: JsonObject = dict(error or {"code": -32603, "message": "failed"})
+    data = shown.get("data")
+    exception = data.get("exception") if isinstance(data, Mapping) else None
+    if isinstance(exception, str) and not expose_crashes:
+        shown["message"] = (
+            f"the task handler raised {exception} (details are in the server's task history)"
+        )
+    return shown
+
+
+def detailed_task(
+    task: Task, *, now: float, poll_interval: float, expose_crashes: bool = False
+) -> JsonObject:
     """The ``tasks/get`` result body (without ``resultType``, which the server stamps)."""
     wire: JsonObject = {
         "taskId": task.task_id,
@@ -85,13 +106,21 @@ def detailed_task(task: Task, *, now: float, poll_interval: float) -> JsonObject
     elif task.status is Status.COMPLETED:
         wire["result"] = _tool_result(task.result)
     elif task.status is Status.FAILED:
-        wire["error"] = dict(task.error or {"code": -32603, "message": "failed"})
+        error = public_error(task.error, expose_crashes=expose_crashes)
+        wire["error"] = error
+        if error != task.error:
+            wire["statusMessage"] = f"failed: {error['message']}"
     return wire
 
 
-def create_task_result(task: Task, *, now: float, poll_interval: float) -> JsonObject:
+def create_task_result(
+    task: Task, *, now: float, poll_interval: float, expose_crashes: bool = False
+) -> JsonObject:
     """The flat ``CreateTaskResult`` a ``tools/call`` answers with."""
-    return {"resultType": "task", **detailed_task(task, now=now, poll_interval=poll_interval)}
+    detailed = detailed_task(
+        task, now=now, poll_interval=poll_interval, expose_crashes=expose_crashes
+    )
+    return {"resultType": "task", **detailed}
 
 
 def _tool_result(result: Any) -> JsonObject:

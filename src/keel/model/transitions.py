@@ -472,6 +472,7 @@ def fail(
         f"failed: {checked['message']}",
         _actor(fence, task, actor),
         status=F,
+        status_message=failure_message(checked),
         error=checked,
         lease_owner=None,
         lease_expires_at=None,
@@ -655,6 +656,19 @@ def recover(task: Task, now: float) -> Change:
     return _end_attempt(task, now, error, message, actor="recovery", delay=0.0, fence=None)
 
 
+FAILURE_MESSAGE_CHARS = 500
+"""A failed task's status message is its error's message, cut to this many characters."""
+
+
+def failure_message(error: Mapping[str, Any]) -> str:
+    """The status message of a task that failed with ``error`` (the spec's SHOULD: a
+    failed task says why in ``statusMessage``)."""
+    message = str(error.get("message", ""))
+    if len(message) > FAILURE_MESSAGE_CHARS:
+        message = message[: FAILURE_MESSAGE_CHARS - 1] + "…"
+    return f"failed: {message}"
+
+
 def _dead_letter(error: JsonObject, attempts: int) -> JsonObject:
     return {**error, "message": f"dead letter after {attempts} attempt(s): {error['message']}"}
 
@@ -677,6 +691,7 @@ def _end_attempt(
             f"{why}; no attempts left",
             actor,
             status=F,
+            status_message=failure_message(dead),
             error=dead,
             lease_owner=None,
             lease_expires_at=None,
@@ -713,6 +728,7 @@ def reclaim(task: Task, now: float, *, timeout_seconds: float) -> tuple[Change, 
         reason,
         "reclaim",
         status=F,
+        status_message=failure_message({"message": reason}),
         error={"code": INTERNAL_ERROR, "message": reason},
         lease_owner=None,
         lease_expires_at=None,

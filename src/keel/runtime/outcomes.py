@@ -86,10 +86,13 @@ def error_result(error: ToolError) -> JsonObject:
 
 
 def crash_error(exc: BaseException) -> JsonObject:
-    """An unexpected exception as a JSON-RPC error (its type and message, no traceback)."""
+    """An unexpected exception as a JSON-RPC error: its type and message (no traceback),
+    and ``data.exception``, the type's name, which marks it as a crash: the MCP layer
+    shows clients only the type (see :func:`keel.mcp.wire.public_error`)."""
     return {
         "code": INTERNAL_ERROR,
         "message": f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__,
+        "data": {"exception": type(exc).__name__},
     }
 
 
