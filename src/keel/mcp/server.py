@@ -274,9 +274,7 @@ class TasksExtension(Extension):
             return {}  # nothing outstanding is answered: an empty ack, as the spec asks
         try:
             answers, declined = input_from_wire(outstanding)
-            await self.app.store.provide_input(
-                task.task_id, answers, owner=task.owner, declined=declined
-            )
+            await self.app.answer(task.task_id, answers, owner=task.owner, declined=declined)
         except InvalidPayload as exc:  # InputRejected names the field; the request stays
             raise MCPError(code=INVALID_PARAMS, message=str(exc)) from exc
         except InvalidTransition:

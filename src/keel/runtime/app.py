@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import importlib
 import inspect
 import os
@@ -11,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from keel.errors import ConfigurationError, InvalidPayload
-from keel.model import InputRequest, JsonObject, JsonValue, Task
+from keel.model import InputRequest, JsonObject, JsonValue, Status, Task
 from keel.model.validation import check_key, check_schema, validate_input
 from keel.store import Clock, Store, open_store
 from keel.store.locations import parse_location, resolve_location
@@ -222,7 +224,7 @@ class Keel:
         missing = [key for key in requests if key not in (answers or {})]
         if missing:
             raise InvalidPayload(f"task {name!r} needs input {missing[0]!r} before it starts")
-        return await self.store.create(
+        task = await self.store.create(
             name=name,
             arguments=args,
             owner=owner,
@@ -232,14 +234,41 @@ class Keel:
             input_requests=requests or None,
             input_responses={k: (answers or {})[k] for k in requests} or None,
         )
+        self._ready()
+        return task
+
+    async def answer(
+        self,
+        task_id: str,
+        answers: Mapping[str, JsonValue],
+        *,
+        owner: str | None = None,
+        declined: Mapping[str, str] | None = None,
+    ) -> Task:
+        """Give a waiting task some or all of its input (``Store.provide_input``); a task
+        that has all it asked for is ready again, and this process's workers hear of it
+        at once.
+
+        Raises:
+            TaskNotFound, InvalidTransition, InputRejected: as ``Store.provide_input``.
+        """
+        task = await self.store.provide_input(task_id, answers, owner=owner, declined=declined)
+        if task.status is Status.WORKING:
+            self._ready()
+        return task
+
+    def _ready(self) -> None:
+        """Tell this process's workers that a task may be ready (no wait for a poll)."""
+        for listener in list(_LISTENERS.get(id(self), ())):
+            listener.on_ready()
 
     async def cancel(
         self, task_id: str, *, reason: str | None = None, owner: str | None = None
     ) -> Task:
         """Cancel a task: durable at once; a running handler stops at its next await."""
         task = await self.store.cancel(task_id, reason=reason, owner=owner)
-        for listener in list(_CANCEL_LISTENERS.get(id(self), ())):
-            listener(task_id)
+        for listener in list(_LISTENERS.get(id(self), ())):
+            listener.on_cancel(task_id)
         return task
 
     async def close(self) -> None:
@@ -247,15 +276,48 @@ class Keel:
             await self._store.close()
 
 
-_CANCEL_LISTENERS: dict[int, list[Callable[[str], None]]] = {}
-"""Workers in this process, by app: told at once about cancels made through the app."""
+@dataclass(frozen=True, slots=True, eq=False)
+class _Listener:
+    """A worker's callbacks, run on the worker's own event loop whichever thread calls."""
+
+    cancel: Callable[[str], None]
+    ready: Callable[[], None]
+    loop: asyncio.AbstractEventLoop | None
+
+    def _call(self, fn: Callable[..., None], *args: Any) -> None:
+        if self.loop is None or _running_loop() is self.loop:
+            fn(*args)
+        else:
+            with contextlib.suppress(RuntimeError):  # that loop is closed: nobody to tell
+                self.loop.call_soon_threadsafe(fn, *args)
+
+    def on_cancel(self, task_id: str) -> None:
+        self._call(self.cancel, task_id)
+
+    def on_ready(self) -> None:
+        self._call(self.ready)
 
 
-def _listen(app: Keel, listener: Callable[[str], None]) -> Callable[[], None]:
-    _CANCEL_LISTENERS.setdefault(id(app), []).append(listener)
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:  # no asyncio loop here (a plain thread, or trio)
+        return None
+
+
+_LISTENERS: dict[int, list[_Listener]] = {}
+"""Workers in this process, by app: told at once about tasks submitted, answered or
+cancelled through the app (other processes learn by polling, or LISTEN/NOTIFY)."""
+
+
+def _listen(
+    app: Keel, on_cancel: Callable[[str], None], on_ready: Callable[[], None] = lambda: None
+) -> Callable[[], None]:
+    listener = _Listener(on_cancel, on_ready, _running_loop())
+    _LISTENERS.setdefault(id(app), []).append(listener)
 
     def stop() -> None:
-        listeners = _CANCEL_LISTENERS.get(id(app), [])
+        listeners = _LISTENERS.get(id(app), [])
         if listener in listeners:
             listeners.remove(listener)
 

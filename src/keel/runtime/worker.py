@@ -148,7 +148,7 @@ class Worker:
         if not names:
             raise KeelError("the app registers no tasks: nothing to run")
         self.app.store  # noqa: B018 - open it now: a store that cannot open fails here, once
-        unlisten = _listen(self.app, self._cancelled_here)
+        unlisten = _listen(self.app, self._cancelled_here, self._poke)
         # Optional store capability (PostgreSQL LISTEN/NOTIFY): wake-ups from other
         # processes. A hint only: the polling below still finds everything.
         store = self.app.store
