@@ -1,204 +1,265 @@
-"""``keel demo``: the seed's incident, played at the store level, one moment per line.
+"""``keel demo``: the seed's incident, played over MCP against a real ``keel serve``.
 
-A root-cause diagnosis asks which service is affected and waits (``input_required``); a
-routine deploy restarts the process; the task is found again with what it asked for; the
-answer is validated; the task completes with a cited conclusion. Then the failure
-injections 8A-8E of the seed, each answered the production way.
+1. start ``keel serve`` (Incident Bridge) as a subprocess on a free loopback port;
+2. call ``diagnose_root_cause`` for the seed's incident without a service: the task
+   asks which service is affected (``input_required``);
+3. the "routine deploy": SIGKILL the server while the task waits, and start it again;
+4. the task is still there, still asking; answer it through ``tasks/update``;
+5. poll to ``completed``, showing each phase, and print the cited conclusion.
 
-It runs in the store every other command uses (default ``keel-data/keel.db``), so that
-``keel tasks show <id>`` afterwards shows the task and its history. Each run uses a fresh
-idempotency key, so it can run again and again; its task has a TTL of a day, after which
-``keel tasks purge`` removes it.
+Every moment is one line, timed from the start. The server runs on the data directory
+``keel serve`` uses (default ``keel-data``), so ``keel tasks show ID`` afterwards shows
+the task and its history. Exit code 0 only if the task completed with its citations.
 """
 
 from __future__ import annotations
 
 import json
-import secrets
+import os
+import signal
+import socket
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
 
-from keel.errors import (
-    ConfigurationError,
-    InvalidTransition,
-    KeelError,
-    StoreError,
-    TaskNotFound,
-)
-from keel.facade import TaskSnapshot, TaskStore
-from keel.model import JsonObject
-from keel.store import DEFAULT_LOCATION, Location
+import anyio
 
-__all__ = ["CONCLUSION", "DEMO_TTL", "INCIDENT", "SERVICE_SCHEMA", "run_demo"]
+from keel.errors import ConfigurationError, KeelError
+from keel.store import parse_location
 
-INCIDENT = "INC-2026-0142"
-DEMO_TTL = 24 * 3600.0  # seconds the demo's task is kept before `keel tasks purge` may delete it
-QUESTION = "Which service is affected?"
-SERVICE_SCHEMA: JsonObject = {
-    "type": "object",
-    "properties": {"service": {"type": "string", "minLength": 1}},
-    "required": ["service"],
-}
-CONCLUSION: JsonObject = {
-    "summary": (
-        "payments: error rate rose from 0.2% to 14% within two minutes of deploy d-8812, "
-        "which lowered the card-gateway client timeout from 2s to 200ms"
-    ),
-    "citations": [
-        {"source": "deploys", "ref": "d-8812 payments 09:41 UTC"},
-        {"source": "traces", "ref": "payments -> card-gateway p99 1.9s, timeouts after 09:41"},
-        {"source": "incidents", "ref": f"{INCIDENT} opened 09:44 UTC"},
-    ],
-}
+__all__ = ["DEMO_INCIDENT", "DEMO_SERVICE", "run_demo"]
 
-Echo = Callable[[str], object]
+DEMO_INCIDENT = "INC-2026-0142"
+"""The seed's incident in the Bridge's sample dataset: it names no affected service."""
+DEMO_SERVICE = "payments"
+"""What the on-call engineer answers when the diagnosis asks which service is affected."""
+READY_WAIT = 30.0  # seconds a starting server may take before the demo gives up
+STEP_WAIT = 120.0  # seconds any one step may take
+
+Echo = Callable[[str], None]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class _Server:
+    """``keel serve`` as a child process: started, SIGKILLed, started again."""
+
+    def __init__(self, data_dir: Path, store: str | None, log: IO[bytes]) -> None:
+        self.data_dir = data_dir
+        self.store = store
+        self.port = _free_port()
+        self.log = log
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def start(self) -> None:
+        command = [sys.executable, "-m", "keel", "serve", "--port", str(self.port)]
+        command += ["--data-dir", str(self.data_dir)]
+        if self.store:
+            command += ["--store", self.store]
+        self.process = subprocess.Popen(  # noqa: S603 - our own interpreter and arguments
+            command, stdout=self.log, stderr=self.log, stdin=subprocess.DEVNULL
+        )
+
+    async def ready(self) -> None:
+        """Until the port accepts connections; an exited server is an error."""
+        with anyio.fail_after(READY_WAIT):
+            while True:
+                assert self.process is not None
+                if self.process.poll() is not None:
+                    raise KeelError(
+                        f"keel serve exited with code {self.process.returncode} before it "
+                        f"was ready; see {self.log.name}"
+                    )
+                try:
+                    with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                        return
+                except OSError:
+                    await anyio.sleep(0.05)
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
 
 
 class _Demo:
-    """The moments of the demo, in order; ``say`` prints one labelled moment."""
-
-    def __init__(self, location: Location, echo: Echo) -> None:
-        self.location = location
-        self.target = location.url or str(location.path)
+    def __init__(self, server: _Server, echo: Echo) -> None:
+        self.server = server
         self.echo = echo
-        self.key = f"demo-{INCIDENT}-{secrets.token_hex(4)}"
-        self.task_id = ""
+        self.started = time.monotonic()
 
-    def say(self, label: str, *lines: str) -> None:
-        self.echo(f"{label:<9} {lines[0]}")
-        for line in lines[1:]:
-            self.echo(f"{'':<9} {line}")
+    def say(self, text: str) -> None:
+        self.echo(f"[{time.monotonic() - self.started:5.1f}s] {text}")
 
-    def create(self, store: TaskStore) -> TaskSnapshot:
-        return store.create(
-            SERVICE_SCHEMA,
-            idempotency_key=self.key,
-            message=QUESTION,
-            arguments={"tool": "diagnose_root_cause", "incident_id": INCIDENT},
-            ttl=DEMO_TTL,
+    async def _client(self) -> Any:
+        from mcp import Client
+
+        from keel.mcp.client import TasksClientExtension
+
+        return Client(self.server.url, extensions=[TasksClientExtension()])
+
+    async def get(self, task_id: str) -> dict[str, Any]:
+        from keel.mcp.client import get_task
+
+        async with await self._client() as client:
+            task = await get_task(client, task_id)
+        return task.model_dump(by_alias=True)
+
+    async def until(self, task_id: str, statuses: set[str], *, progress: bool) -> dict[str, Any]:
+        """Poll tasks/get (a fresh client each time, as a restarting client would) until
+        the task reaches one of ``statuses``; print each new status message."""
+        last = None
+        with anyio.fail_after(STEP_WAIT):
+            while True:
+                task = await self.get(task_id)
+                message = task.get("statusMessage")
+                if progress and message and message != last:
+                    self.say(f"  {task['status']}: {message}")
+                    last = message
+                if task["status"] in statuses:
+                    return task
+                interval = (task.get("pollIntervalMs") or 500) / 1000
+                await anyio.sleep(min(interval, 0.5))
+
+    async def run(self) -> dict[str, Any]:
+        from mcp_types import CallToolResult
+
+        from keel.mcp.client import Created, accept, update_task
+
+        server = self.server
+        self.say(f"starting keel serve (Incident Bridge, pid {self._start()}) at {server.url}")
+        await server.ready()
+        self.say("server ready")
+
+        self.say(f"tools/call diagnose_root_cause {{incident_id: {DEMO_INCIDENT}}}, no service")
+        async with await self._client() as client:
+            created = await client.session.call_tool(
+                "diagnose_root_cause", {"incident_id": DEMO_INCIDENT}, allow_claimed=True
+            )
+        if isinstance(created, CallToolResult) or not isinstance(created, Created):
+            raise KeelError(f"expected a task, the server answered {created!r}")
+        task_id = created.task_id
+        self.say(f"task {task_id}: {created.status} (durable handle, committed before the answer)")
+
+        waiting = await self.until(
+            task_id, {"input_required", "completed", "failed"}, progress=True
         )
+        if waiting["status"] != "input_required":
+            raise KeelError(f"expected the task to ask for a service; it is {waiting['status']}")
+        [(key, request)] = waiting["inputRequests"].items()
+        params = request["params"]
+        services = params["requestedSchema"].get("properties", {}).get("service", {}).get("enum")
+        self.say(f"task {task_id}: input_required, asks {params['message']!r}")
+        if services:
+            self.say(f"  (the schema allows: {', '.join(services)})")
 
-    def ask(self) -> None:
-        with TaskStore(self.target) as first:
-            task = self.create(first)
-        self.task_id = task.task_id
+        self.say(f"routine deploy: SIGKILL keel serve (pid {server.pid}) while the task waits")
+        server.kill()
+        self.say(f"restarting keel serve (pid {self._start()})")
+        await server.ready()
+        after = await self.get(task_id)
         self.say(
-            "create",
-            f"diagnose_root_cause for {INCIDENT} (idempotency key {self.key})",
-            f"-> task {task.task_id} {task.status.value}, asking {QUESTION!r} "
-            f"(schema requires: {', '.join(SERVICE_SCHEMA['required'])})",
+            f"after the restart, tasks/get {task_id}: {after['status']}, still asking "
+            f"{list(after.get('inputRequests') or {})}"
         )
-        self.say(
-            "restart",
-            "routine deploy: process restarted, in-memory state gone",
-            f"(the store was closed; a new TaskStore opens {self.target})",
-        )
+        if after["status"] != "input_required":
+            raise KeelError(f"the task did not survive the restart: {after['status']}")
 
-    def recover(self, store: TaskStore) -> None:
-        try:
-            restored = store.get(self.task_id)
-        except TaskNotFound as exc:
-            self.say("recover", f"{exc} -- the incident itself: the task died with the process")
-            raise ConfigurationError(
-                "keel demo needs a store that survives a restart; memory:// does not "
-                "(use a file, the default)"
-            ) from exc
-        asked = next(iter(restored.task.pending_input.values())).message
-        self.say(
-            "recover",
-            f"found task {self.task_id} again: {restored.status.value}, still asking {asked!r}",
-            f"schema kept with it: {json.dumps(restored.input_schema)}",
-        )
-        again = self.create(store)
-        self.say(
-            "8A retry",
-            "the client resends its create with the same idempotency key",
-            f"-> same task: {again.task_id == self.task_id} ({again.task_id}), "
-            f"{again.status.value}; no second task",
-        )
+        self.say(f"tasks/update: {key} -> service = {DEMO_SERVICE!r}")
+        async with await self._client() as client:
+            await update_task(client, task_id, {key: accept({"service": DEMO_SERVICE})})
+        done = await self.until(task_id, {"completed", "failed", "cancelled"}, progress=True)
+        if done["status"] != "completed":
+            raise KeelError(f"the diagnosis ended {done['status']}: {done.get('error')}")
+        self.say(f"task {task_id}: completed")
+        return done
 
-    def answer(self, store: TaskStore) -> None:
-        refusal = _refusal(lambda: store.provide_input(self.task_id, {"svc": "payments"}))
-        self.say(
-            "answer",
-            'user sends {"svc": "payments"}',
-            f"-> refused: {refusal}",
-            f"-> task still {store.get(self.task_id).status.value}; nothing changed",
-        )
-        answered = store.provide_input(self.task_id, {"service": "payments"})
-        self.say(
-            "answer",
-            'user sends {"service": "payments"}',
-            f"-> validated against the schema, accepted: {answered.status.value}",
-        )
-        refusal = _refusal(lambda: store.provide_input(self.task_id, {"service": "orders"}))
-        self.say("8B", "a late second answer", f"-> refused: {refusal}")
-
-    def complete(self, store: TaskStore) -> None:
-        done = store.complete(self.task_id, CONCLUSION)
-        self.say(
-            "complete",
-            f"diagnosis finished -> {done.status.value}: {CONCLUSION['summary']}",
-            *(f"cites {c['source']}: {c['ref']}" for c in CONCLUSION["citations"]),
-        )
-
-    def injections(self, store: TaskStore) -> None:
-        refusal = _refusal(lambda: store.complete(self.task_id, {"summary": "rewritten!"}))
-        kept = store.get(self.task_id).result == CONCLUSION
-        self.say(
-            "8C",
-            "a second complete with another conclusion",
-            f"-> refused: {type(refusal).__name__}: {refusal}",
-            f"-> real status: {_status_of(refusal)}; first conclusion kept: {kept}",
-        )
-        refusal = _refusal(lambda: store.cancel(self.task_id, reason="user gave up"))
-        self.say(
-            "8D",
-            "cancel after completion: the same uniform answer",
-            f"-> refused: {type(refusal).__name__}: {refusal}",
-            f"-> real status: {_status_of(refusal)}",
-        )
-        refusal = _refusal(lambda: store.get("no-such-task"))
-        self.say("8E", "an unknown handle", f"-> {type(refusal).__name__}: {refusal}")
+    def _start(self) -> int:
+        self.server.start()
+        return self.server.pid
 
 
-def _refusal(write: Callable[[], object]) -> KeelError:
-    """The error ``write`` is refused with; the demo shows refusals, so success is a bug."""
-    try:
-        write()
-    except KeelError as exc:
-        return exc
-    raise StoreError("keel demo: the store accepted a write it must refuse; this is a bug")
+def _render(echo: Echo, task: dict[str, Any]) -> None:
+    result = task["result"]
+    structured = result.get("structuredContent")
+    if not isinstance(structured, dict):
+        for block in result.get("content", []):
+            if block.get("type") == "text":
+                echo(block["text"])
+        return
+    echo("")
+    echo(f"Conclusion: {structured.get('conclusion')}")
+    if "confidence" in structured:
+        echo(f"Confidence: {structured['confidence']}")
+    alternatives = structured.get("alternatives") or []
+    if alternatives:
+        echo("Alternatives:")
+        for alternative in alternatives:
+            echo(f"  - {_one_line(alternative)}")
+    citations = structured.get("citations") or []
+    echo(f"Citations ({len(citations)}):")
+    for citation in citations:
+        echo(f"  - {_one_line(citation)}")
 
 
-def _status_of(error: KeelError) -> str:
-    return error.status if isinstance(error, InvalidTransition) else "?"
+def _one_line(value: Any) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in value.items() if not isinstance(v, dict | list))
+    return json.dumps(value) if not isinstance(value, str) else value
 
 
-def run_demo(location: Location, echo: Echo) -> str:
-    """Play the incident against the store at ``location``; return the demo task's id.
+def run_demo(data_dir: Path, store: str | None, echo: Echo) -> dict[str, Any]:
+    """Play the incident; return the completed task (``tasks/get`` shape).
 
     Raises:
-        ConfigurationError: ``memory://``, which cannot survive the restart (that was the
-            incident); reported after showing the task vanish.
-        KeelError: anything else the store refuses unexpectedly.
+        ConfigurationError: a store that cannot survive a restart (memory://).
+        KeelError: the server could not start, or the task did not end as it should.
     """
-    started = time.perf_counter()
-    demo = _Demo(location, echo)
-    echo(f"keel demo: the seed's incident, in {location.describe()}")
-    if location.kind == "memory":
-        echo("(memory:// keeps nothing across a restart: expect the incident itself)")
+    if store and parse_location(store).kind == "memory":
+        raise ConfigurationError(
+            "keel demo restarts the server: it needs a store that survives (not memory://)"
+        )
+    data_dir.mkdir(parents=True, exist_ok=True)
+    log_path = data_dir / "demo-serve.log"
+    echo("keel demo: the seed's incident, over MCP, against a real keel serve")
+    with log_path.open("ab") as log:
+        server = _Server(data_dir, store, log)
+        demo = _Demo(server, echo)
+        try:
+            done = anyio.run(demo.run)
+        finally:
+            server.stop()
+    _render(echo, done)
     echo("")
-    demo.ask()
-    with TaskStore(demo.target) as second:
-        demo.recover(second)
-        demo.answer(second)
-        demo.complete(second)
-        demo.injections(second)
-    store_arg = "" if demo.target == DEFAULT_LOCATION else f" --store '{demo.target}'"
-    echo("")
-    echo(
-        f"done in {time.perf_counter() - started:.2f}s; see the task and its history with: "
-        f"keel tasks show {demo.task_id}{store_arg}"
-    )
-    return demo.task_id
+    echo(f"keel tasks show {done['taskId']}   (the task and its history; server log: {log_path})")
+    return done
+
+
+if __name__ == "__main__":  # pragma: no cover - `keel demo` is the entry point
+    run_demo(Path(os.environ.get("KEEL_DATA_DIR", "keel-data")), None, print)

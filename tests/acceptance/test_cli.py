@@ -471,14 +471,14 @@ DEMO_MOMENTS = [
 
 def test_demo_plays_the_incident_and_can_run_twice(keel, tmp_path):
     """keel demo exits 0 with every key moment, in the default store; a second run works."""
-    first = keel(*["demo"], store=False)
+    first = keel("demo", "--store-only", store=False)
     assert first.returncode == 0, first.stderr
     for moment in DEMO_MOMENTS:
         assert re.search(moment, first.stdout, re.MULTILINE), moment
     task_id = re.search(r"keel tasks show (\S+)$", first.stdout.strip())
     assert task_id is not None
     assert (tmp_path / "keel-data" / "keel.db").exists()
-    second = keel("demo", store=False)
+    second = keel("demo", "--store-only", store=False)
     assert second.returncode == 0, second.stderr
     listed = json.loads(keel.ok("tasks", "list", "--json", store=False))
     assert len(listed) == 2
@@ -489,7 +489,7 @@ def test_demo_plays_the_incident_and_can_run_twice(keel, tmp_path):
 
 def test_demo_on_memory_shows_the_incident_and_fails(keel):
     """With memory:// the restart loses the task (the incident): said, then exit 1."""
-    result = keel("--store", "memory://", "demo", store=False)
+    result = keel("--store", "memory://", "demo", "--store-only", store=False)
     assert result.returncode == 1
     assert "the incident itself" in result.stdout
     assert result.stderr.strip().startswith("keel: error: keel demo needs a store that survives")

@@ -9,17 +9,21 @@ error (click's own).
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import click
 
 from keel import __version__
-from keel.cli.common import KeelCliError, chosen_location, store_option
+from keel.cli.bridge import bridge
+from keel.cli.common import CliState, KeelCliError, chosen_location, store_option
 from keel.cli.db import db
 from keel.cli.serve import serve
 from keel.cli.tasks import tasks
 from keel.cli.worker import worker
 from keel.errors import KeelError
+from keel.store import ENV_VAR
 
 __all__ = ["cli", "main"]
 
@@ -45,19 +49,41 @@ def cli() -> None:
     """
 
 
-@cli.command(short_help="Play the seed's incident: ask, restart, answer, complete.")
+@cli.command(short_help="Play the seed's incident over MCP: ask, kill, restart, answer.")
+@click.option(
+    "--data-dir",
+    default="keel-data",
+    show_default=True,
+    envvar="KEEL_DATA_DIR",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="The data directory of the keel serve it starts.",
+)
+@click.option(
+    "--store-only",
+    is_flag=True,
+    help="Play it against the task store alone (no server), with the seed's injections 8A-8E.",
+)
 @store_option
 @click.pass_context
-def demo(ctx: click.Context) -> None:
-    """Play the seed's incident against the store: ask, restart, answer, complete.
+def demo(ctx: click.Context, data_dir: Path, store_only: bool) -> None:
+    """Play the seed's incident over MCP against a real `keel serve`.
 
-    Runs in the chosen store (default keel-data/keel.db) with a fresh idempotency key each
-    time, so it can run again; its task stays behind for `keel tasks show` and is
-    purgeable after a day.
+    Starts `keel serve` (Incident Bridge) on a free port, asks for a root-cause
+    diagnosis without naming the service, SIGKILLs the server while the task waits for
+    that input, restarts it, answers through tasks/update, and prints the cited
+    conclusion. The task stays in DATA_DIR/keel.db for `keel tasks show`.
     """
+    if store_only:
+        from keel.store_demo import run_demo as run_store_demo
+
+        run_store_demo(chosen_location(ctx), click.echo)
+        return
     from keel.demo import run_demo
 
-    run_demo(chosen_location(ctx), click.echo)
+    state = ctx.find_object(CliState)
+    run_demo(
+        data_dir, (state.store if state else None) or os.environ.get(ENV_VAR) or None, click.echo
+    )
 
 
 cli.add_command(tasks)
@@ -65,6 +91,7 @@ cli.add_command(tasks)
 
 cli.add_command(worker)
 cli.add_command(serve)
+cli.add_command(bridge)
 cli.add_command(db)
 
 

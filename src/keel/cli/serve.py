@@ -1,39 +1,194 @@
-"""``keel serve``: an app's tasks as an MCP server (Streamable HTTP at /mcp, or stdio)."""
+"""``keel serve``: Incident Bridge (or another app) as an MCP server, workers included.
+
+Settings come, strongest first, from the command line, the environment (``KEEL_HOST``,
+``KEEL_PORT``, ``KEEL_DATA_DIR`` …, listed in ``keel serve --help``), a TOML file
+(``--config``, ``$KEEL_CONFIG``, else ``keel.toml`` in the current directory if there is
+one), then the defaults. The TOML file holds a ``[serve]`` table whose keys are the
+option names with underscores::
+
+    [serve]
+    port = 8080
+    data_dir = "/var/lib/keel"
+    pace = "fast"
+    traces = ["/exports/otel"]
+"""
 
 from __future__ import annotations
 
 import logging
 import os
+import time
+import tomllib
+from pathlib import Path
 from typing import Any
 
 import click
 
-from keel.cli.common import CliState, KeelCliError, chosen_location, store_option
+from keel.cli.common import CliState, KeelCliError
 from keel.store import ENV_VAR, parse_location
 
-__all__ = ["serve"]
+__all__ = ["CONFIG_KEYS", "serve"]
 
 BUILT_IN = {"conformance": "keel.conformance:app"}
+DEFAULT_CONFIG = "keel.toml"
+CONFIG_KEYS = frozenset(
+    {
+        "app", "transport", "host", "port", "no_worker", "concurrency", "data_dir", "store",
+        "pace", "incidents", "traces", "deploys", "rate_limit_polls", "verbose",
+    }
+)  # fmt: skip
 
 
-@click.command(short_help="Serve an app's tasks over MCP (HTTP /mcp or stdio).")
+def _read_config(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """Load the TOML file into the command's defaults (below flags and environment)."""
+    explicit = value is not None
+    path = Path(value) if value is not None else Path(DEFAULT_CONFIG)
+    if not path.exists():
+        if explicit:
+            raise click.BadParameter(f"no such file: {path}", param_hint="--config")
+        return None
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise click.BadParameter(f"cannot read {path}: {exc}", param_hint="--config") from exc
+    table = data.get("serve", {})
+    unknown_tables = sorted(set(data) - {"serve"})
+    if not isinstance(table, dict) or unknown_tables:
+        raise click.BadParameter(
+            f"{path}: expected only a [serve] table"
+            + (f", found {', '.join(unknown_tables)}" if unknown_tables else ""),
+            param_hint="--config",
+        )
+    unknown = sorted(set(table) - CONFIG_KEYS)
+    if unknown:
+        raise click.BadParameter(
+            f"{path}: unknown key(s) in [serve]: {', '.join(unknown)} "
+            f"(known: {', '.join(sorted(CONFIG_KEYS))})",
+            param_hint="--config",
+        )
+    defaults = dict(table)
+    ctx.meta["keel.config_store"] = defaults.pop("store", None)
+    ctx.meta["keel.config_path"] = str(path)
+    if "traces" in defaults and isinstance(defaults["traces"], str):
+        defaults["traces"] = [defaults["traces"]]
+    ctx.default_map = {**(ctx.default_map or {}), **defaults}
+    return str(path)
+
+
+def _remember_store(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        ctx.ensure_object(CliState).store = value
+
+
+def _store_location(ctx: click.Context, data_dir: Path) -> str:
+    """--store (here or on ``keel``), then $KEEL_STORE, then the config file, then the
+    data directory's keel.db."""
+    state = ctx.find_object(CliState)
+    chosen = (
+        (state.store if state is not None else None)
+        or os.environ.get(ENV_VAR)
+        or ctx.meta.get("keel.config_store")
+        or str(data_dir.absolute() / "keel.db")
+    )
+    parse_location(chosen)  # a bad location fails here, with its own message
+    return str(chosen)
+
+
+@click.command(short_help="Serve Incident Bridge (or an app) over MCP: HTTP /mcp or stdio.")
+@click.option(
+    "--config",
+    metavar="FILE",
+    envvar="KEEL_CONFIG",
+    is_eager=True,
+    expose_value=False,
+    callback=_read_config,
+    help=f"TOML settings ([serve] table). Default: ./{DEFAULT_CONFIG} if it exists.",
+)
 @click.option(
     "--app",
     "app_spec",
     default="bridge",
     show_default=True,
+    envvar="KEEL_APP",
     metavar="NAME|MODULE:ATTR",
-    help="conformance, or a module path and the Keel app in it.",
+    help="bridge, conformance, or a module path and the Keel app in it.",
 )
 @click.option(
-    "--transport", type=click.Choice(["http", "stdio"]), default="http", show_default=True
+    "--transport",
+    type=click.Choice(["http", "stdio"]),
+    default="http",
+    show_default=True,
+    envvar="KEEL_TRANSPORT",
 )
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535))
-@click.option("--no-worker", is_flag=True, help="Front end only: run no workers here.")
-@click.option("--concurrency", default=4, show_default=True, type=click.IntRange(1, 10_000))
+@click.option("--host", default="127.0.0.1", show_default=True, envvar="KEEL_HOST")
+@click.option(
+    "--port", default=8000, show_default=True, type=click.IntRange(0, 65535), envvar="KEEL_PORT"
+)
+@click.option(
+    "--data-dir",
+    default="keel-data",
+    show_default=True,
+    envvar="KEEL_DATA_DIR",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where the store (keel.db) and the Bridge's data and index live.",
+)
+@click.option(
+    "--store",
+    metavar="URL",
+    default=None,
+    expose_value=False,
+    is_eager=True,
+    callback=_remember_store,
+    help=f"Store location. Default: ${ENV_VAR}, then the config file, then DATA_DIR/keel.db.",
+)
+@click.option(
+    "--no-worker", is_flag=True, envvar="KEEL_NO_WORKER", help="Front end only: run no workers."
+)
+@click.option(
+    "--concurrency",
+    default=4,
+    show_default=True,
+    type=click.IntRange(1, 10_000),
+    envvar="KEEL_CONCURRENCY",
+    help="Tasks run at once by this process's workers.",
+)
+@click.option(
+    "--pace",
+    default=None,
+    envvar="KEEL_BRIDGE_PACE",
+    help="Bridge: how long each diagnosis phase takes (a preset name or seconds).",
+)
+@click.option(
+    "--incidents",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    envvar="KEEL_BRIDGE_INCIDENTS",
+    help="Bridge: incidents JSON file (default: the sample dataset).",
+)
+@click.option(
+    "--traces",
+    multiple=True,
+    type=click.Path(exists=True, path_type=Path),
+    envvar="KEEL_BRIDGE_TRACES",
+    help="Bridge: OTLP/JSON trace export file or folder (repeatable).",
+)
+@click.option(
+    "--deploys",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    envvar="KEEL_BRIDGE_DEPLOYS",
+    help="Bridge: deploy records, JSON or CSV.",
+)
+@click.option(
+    "--rate-limit-polls",
+    is_flag=True,
+    envvar="KEEL_RATE_LIMIT_POLLS",
+    help="Refuse tasks/get polls faster than half the task's pollIntervalMs.",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Log requests and worker activity.")
-@store_option
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Prepare everything (store, data, index), print the settings, and exit.",
+)
 @click.pass_context
 def serve(  # noqa: PLR0917 - click passes every option as an argument
     ctx: click.Context,
@@ -41,50 +196,131 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
     transport: str,
     host: str,
     port: int,
+    data_dir: Path,
     no_worker: bool,
     concurrency: int,
+    pace: str | None,
+    incidents: Path | None,
+    traces: tuple[Path, ...],
+    deploys: Path | None,
+    rate_limit_polls: bool,
     verbose: bool,
+    check: bool,
 ) -> None:
-    """Serve the app's tasks as MCP tools with the tasks extension, workers included."""
+    """Serve Incident Bridge's tools and its durable diagnosis task over MCP.
+
+    With no sources given, the Bridge generates a sample dataset in DATA_DIR on first
+    start. Tasks are kept in DATA_DIR/keel.db (SQLite, synchronous=FULL) unless --store
+    says otherwise; with PostgreSQL, several `keel serve --no-worker` front ends and
+    `keel worker` processes can share one database.
+    """
     from mcp.server import MCPServer
 
     from keel.mcp.server import TasksExtension, keel_lifespan
-    from keel.runtime import load_app
+    from keel.runtime import Keel, load_app
 
+    started = time.monotonic()
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING)
-    if app_spec == "bridge":
-        raise KeelCliError("the Incident Bridge app is not built yet; use --app conformance")
-    spec = BUILT_IN.get(app_spec, app_spec)
-    if ":" not in spec:
-        raise click.BadParameter(
-            f"must be a built-in name or MODULE:ATTR, not {app_spec!r}", param_hint="--app"
-        )
-    app = load_app(spec)
-    state = ctx.find_object(CliState)
-    if (state is not None and state.store) or os.environ.get(ENV_VAR):
-        location = chosen_location(ctx)
-        app.use_store(location.url or str(location.path))
-    if app.location is not None and parse_location(app.location).kind == "memory" and no_worker:
+    location = _store_location(ctx, data_dir)
+    if parse_location(location).kind == "memory" and no_worker:
         raise KeelCliError("--no-worker with memory:// could never run a task")
-    app.store  # noqa: B018 - open the store now: one clear error if it cannot be opened
-    if app_spec == "conformance":
-        from keel.conformance import build_server
-
-        server: MCPServer[Any] = build_server(app, run_workers=not no_worker)
-    else:
-        server = MCPServer(
-            app_spec,
-            extensions=[TasksExtension(app)],
-            lifespan=keel_lifespan(app, concurrency=concurrency, run_workers=not no_worker),
+    lines: list[str] = []
+    server: MCPServer[Any]
+    app: Keel
+    if app_spec == "bridge":
+        app, server, lines = _bridge(
+            location,
+            data_dir,
+            pace=pace,
+            incidents=incidents,
+            traces=list(traces),
+            deploys=deploys,
+            rate_limit_polls=rate_limit_polls,
+            concurrency=concurrency,
+            run_workers=not no_worker,
         )
+        title = "Incident Bridge"
+    else:
+        if pace or incidents or traces or deploys:
+            raise click.UsageError("--pace/--incidents/--traces/--deploys are Bridge settings")
+        spec = BUILT_IN.get(app_spec, app_spec)
+        if ":" not in spec:
+            raise click.BadParameter(
+                f"must be bridge, conformance or MODULE:ATTR, not {app_spec!r}", param_hint="--app"
+            )
+        app = load_app(spec)
+        app.use_store(location)
+        if app_spec == "conformance":
+            from keel.conformance import build_server
+
+            server = build_server(app, run_workers=not no_worker, rate_limit_polls=rate_limit_polls)
+        else:
+            server = MCPServer(
+                app_spec,
+                extensions=[TasksExtension(app, rate_limit_polls=rate_limit_polls)],
+                lifespan=keel_lifespan(app, concurrency=concurrency, run_workers=not no_worker),
+            )
+        title = f"app {app_spec}"
+    app.store  # noqa: B018 - open the store now: one clear error if it cannot be opened
+    endpoint = "stdio" if transport == "stdio" else f"http://{host}:{port}/mcp"
+    config = ctx.meta.get("keel.config_path")
+    for line in [
+        f"keel serve: {title} at {endpoint}",
+        f"  store:   {parse_location(location).describe()}",
+        *lines,
+        f"  workers: {'none (front end only)' if no_worker else concurrency}",
+        f"  polls:   {'rate-limited' if rate_limit_polls else 'not rate-limited'}",
+        *([f"  config:  {config}"] if config else []),
+        f"  ready in {time.monotonic() - started:.2f} s",
+    ]:
+        click.echo(line, err=True)
+    if check:
+        return
     if transport == "stdio":
         server.run("stdio")
         return
-    click.echo(
-        f"keel serve: app {app_spec} at http://{host}:{port}/mcp; store "
-        f"{app.location or 'given by the app'}; workers: {'none' if no_worker else concurrency}",
-        err=True,
-    )
     server.run(
         "streamable-http", host=host, port=port, streamable_http_path="/mcp", json_response=True
     )
+
+
+def _bridge(
+    location: str,
+    data_dir: Path,
+    *,
+    pace: str | None,
+    incidents: Path | None,
+    traces: list[Path],
+    deploys: Path | None,
+    rate_limit_polls: bool,
+    concurrency: int,
+    run_workers: bool,
+) -> tuple[Any, Any, list[str]]:
+    """The Bridge's app and server, its data prepared; and lines for the startup message."""
+    from mcp.server import MCPServer
+
+    from keel.bridge import BridgeSettings, add_tools, build_app, prepare
+    from keel.mcp.server import TasksExtension, keel_lifespan
+
+    options: dict[str, Any] = {"data_dir": data_dir.absolute() / "bridge"}
+    if pace is not None:
+        options["pace"] = pace
+    if incidents is not None:
+        options["incidents"] = incidents
+    if traces:
+        options["traces"] = traces
+    if deploys is not None:
+        options["deploys"] = deploys
+    settings = BridgeSettings(**options)
+    messages: list[str] = []
+    paths = prepare(settings, log=messages.append)
+    app = build_app(settings, store=location)
+    server: MCPServer[Any] = MCPServer(
+        "incident-bridge",
+        extensions=[TasksExtension(app, rate_limit_polls=rate_limit_polls)],
+        lifespan=keel_lifespan(app, concurrency=concurrency, run_workers=run_workers),
+    )
+    add_tools(server, settings)
+    lines = [f"  {line}" for line in paths.describe().splitlines()]
+    lines += [f"  {message}" for message in messages]
+    return app, server, lines

@@ -1,0 +1,237 @@
+"""Incident Bridge benchmark: diagnosis over ~1,000,000 indexed spans, and OTLP/JSON ingest.
+
+1. **diagnosis**: sample data with ~1M spans (``--rate``), indexed; then one diagnosis of
+   the seed's incident (``INC-2026-0142``, service ``payments``) at the fast pace, in a
+   fresh subprocess: wall time and peak RSS. Targets: <= 10 s, <= 500 MB.
+2. **ingest**: a large OTLP/JSON export (the sample traces repeated up to ``--export-mb``,
+   default 200 MB; ``--gb`` for 1 GB), as JSON lines (the collector's file exporter) and
+   as one single request object (walked span by span), each indexed in a fresh
+   subprocess: spans/s, MiB/s and peak RSS. Target: <= 500 MB RSS for a 1 GB export.
+
+Peak RSS is the subprocess's ``ru_maxrss``. Numbers vary by tens of percent on a shared
+2-core machine.
+
+    uv run python bench/bridge_bench.py               # 1M spans, 200 MB export
+    uv run python bench/bridge_bench.py --gb          # a 1 GB export
+    uv run python bench/bridge_bench.py --quick       # a smoke run
+
+Prints a table and writes JSON (``--out``, default ``bench/results/bridge_bench.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from _report import print_targets, write_results
+
+MiB = 2**20
+
+
+def child_diagnose(data_dir: str) -> None:
+    """In a fresh process: open the prepared data and diagnose the seed's incident."""
+    from keel.bridge import SEED_INCIDENT, BridgeSettings, open_bridge, run_diagnosis
+
+    began = time.perf_counter()
+    bridge = open_bridge(BridgeSettings(data_dir=Path(data_dir), pace="fast"))
+    opened = time.perf_counter()
+    result = run_diagnosis(bridge, SEED_INCIDENT, "payments")
+    done = time.perf_counter()
+    print(
+        json.dumps(
+            {
+                "open_s": opened - began,
+                "diagnose_s": done - opened,
+                "total_s": done - began,
+                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                "root_cause": result["root_cause"],
+                "spans": bridge.paths.spans,
+            }
+        )
+    )
+
+
+def child_ingest(path: str, dest: str) -> None:
+    """In a fresh process: index one file."""
+    from keel.bridge.index import build_index
+
+    report = build_index([Path(path)], Path(dest))
+    print(
+        json.dumps(
+            {
+                "spans": report.spans,
+                "mib": report.bytes / MiB,
+                "seconds": report.seconds,
+                "spans_per_s": report.spans_per_second,
+                "mib_per_s": report.mib_per_second,
+                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            }
+        )
+    )
+
+
+def run_child(*args: str) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, __file__, *args], check=True, capture_output=True, text=True
+    )
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def make_export(traces: Path, dest: Path, mb: int, *, single: bool) -> None:
+    """The sample's trace lines repeated up to ``mb`` MiB: JSON lines, or one request."""
+    lines = [
+        line
+        for path in sorted(traces.glob("*.jsonl"))
+        for line in path.read_text().splitlines()
+        if line
+    ]
+    target = mb * MiB
+    written = 0
+    with dest.open("w") as out:
+        if single:
+            out.write('{"resourceSpans": [\n')
+        first = True
+        while written < target:
+            for line in lines:
+                if single:
+                    # Each request's resourceSpans entries, spliced into one request.
+                    inner = json.loads(line)["resourceSpans"]
+                    for resource_spans in inner:
+                        text = json.dumps(resource_spans)
+                        out.write(("" if first else ",\n") + text)
+                        first = False
+                        written += len(text) + 2
+                else:
+                    out.write(line + "\n")
+                    written += len(line) + 1
+                if written >= target:
+                    break
+        if single:
+            out.write("\n]}\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rate", type=float, default=250.0, help="requests/min (~1M spans)")
+    parser.add_argument("--export-mb", type=int, default=200)
+    parser.add_argument("--gb", action="store_true", help="a 1 GB export (1024 MB)")
+    parser.add_argument("--quick", action="store_true", help="small sizes, a smoke run")
+    parser.add_argument("--workdir", default=None, help="keep the data here (default: a temp dir)")
+    parser.add_argument("--out", default="bench/results/bridge_bench.json")
+    parser.add_argument("--child-diagnose", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--child-ingest", nargs=2, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child_diagnose:
+        child_diagnose(args.child_diagnose)
+        return
+    if args.child_ingest:
+        child_ingest(*args.child_ingest)
+        return
+    if args.quick:
+        args.rate, args.export_mb = 20.0, 20
+    if args.gb:
+        args.export_mb = 1024
+
+    from keel.bridge import BridgeSettings, prepare
+    from keel.bridge.generate import generate
+
+    with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
+        root = Path(tmp)
+        data = root / "data"
+        began = time.perf_counter()
+        summary = generate(data, seed=7, rate=args.rate)
+        generated = time.perf_counter() - began
+        paths = prepare(BridgeSettings(data_dir=data, pace="fast"), log=lambda _l: None)
+        assert paths.ingested is not None
+        ready = time.perf_counter()
+        prepare(BridgeSettings(data_dir=data, pace="fast"), log=lambda _l: None)
+        ready_s = time.perf_counter() - ready
+        diagnosis = run_child("--child-diagnose", str(data))
+        rows: list[tuple[str, str]] = [
+            ("sample data", f"{summary.spans:,} spans generated in {generated:.1f}s"),
+            (
+                "ingest (sample)",
+                f"{paths.ingested.spans:,} spans in {paths.ingested.seconds:.1f}s "
+                f"({paths.ingested.spans_per_second:,.0f} spans/s)",
+            ),
+            ("prepare, up to date", f"{ready_s * 1000:.1f} ms"),
+            (
+                "diagnosis (fast pace)",
+                f"{diagnosis['diagnose_s']:.2f}s (+{diagnosis['open_s']:.2f}s open), "
+                f"peak RSS {diagnosis['peak_rss_mb']:.0f} MB -> "
+                f"{diagnosis['root_cause']['kind']} {diagnosis['root_cause']['deploy_id']}",
+            ),
+        ]
+        ingests: dict[str, Any] = {}
+        for layout in ("json-lines", "single-object"):
+            export = root / f"export-{layout}.json"
+            make_export(data / "traces", export, args.export_mb, single=layout == "single-object")
+            ingests[layout] = run_child("--child-ingest", str(export), str(root / f"{layout}.db"))
+            export.unlink()
+            (root / f"{layout}.db").unlink()
+            r = ingests[layout]
+            rows.append(
+                (
+                    f"ingest {r['mib']:.0f} MiB {layout}",
+                    f"{r['spans']:,} spans in {r['seconds']:.1f}s: {r['spans_per_s']:,.0f} "
+                    f"spans/s, {r['mib_per_s']:.1f} MiB/s, peak RSS {r['peak_rss_mb']:.0f} MB",
+                )
+            )
+
+    print(f"{'measurement':<28} result")
+    for name, value in rows:
+        print(f"{name:<28} {value}")
+    checks = [
+        {
+            "target": "diagnosis over ~1M spans <= 10 s",
+            "measured": f"{diagnosis['diagnose_s']:.2f}s over {diagnosis['spans']:,} spans",
+            "ok": diagnosis["diagnose_s"] <= 10 and diagnosis["spans"] >= 900_000,
+        },
+        {
+            "target": "diagnosis peak RSS <= 500 MB",
+            "measured": f"{diagnosis['peak_rss_mb']:.0f} MB",
+            "ok": diagnosis["peak_rss_mb"] <= 500,
+        },
+        {
+            "target": "prepare on an up-to-date data dir well under 2 s",
+            "measured": f"{ready_s * 1000:.1f} ms",
+            "ok": ready_s < 2,
+        },
+        *(
+            {
+                "target": f"ingest peak RSS <= 500 MB ({layout}, {r['mib']:.0f} MiB export)",
+                "measured": f"{r['peak_rss_mb']:.0f} MB",
+                "ok": r["peak_rss_mb"] <= 500,
+            }
+            for layout, r in ingests.items()
+        ),
+    ]
+    print_targets(checks)
+    out = write_results(
+        args.out,
+        "bridge_bench",
+        args,
+        sample={"spans": summary.spans, "generate_s": generated},
+        ingest_sample={
+            "spans": paths.ingested.spans,
+            "seconds": paths.ingested.seconds,
+            "spans_per_s": paths.ingested.spans_per_second,
+        },
+        prepare_up_to_date_s=ready_s,
+        diagnosis=diagnosis,
+        ingest=ingests,
+        checks=checks,
+    )
+    print(f"\nwrote {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,297 @@
+"""The Bridge's trace index: spans from OTLP/JSON files in one SQLite file.
+
+``build_index`` streams the trace files into a new SQLite file beside the index (spans in
+batches, per-service per-minute aggregates kept in a dict as it goes, the indexes built
+at the end) and swaps it in with one ``os.replace``: a malformed file or a crash leaves
+the previous index as it was. Memory is bounded by one batch plus the aggregates
+(services x minutes), whatever the size of the files.
+
+``TraceIndex`` answers the queries of the diagnosis and of ``search_traces``; each call
+opens its own read-only connection (diagnosis steps run in worker threads).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from keel.bridge.errors import BridgeError, MalformedSource
+from keel.bridge.otlp import Row, read_spans
+from keel.bridge.records import NS_PER_MINUTE, Span
+from keel.errors import StoreError
+from keel.store.sqlfiles import load_queries
+
+__all__ = ["INDEX_FORMAT", "IngestReport", "TraceIndex", "build_index", "fingerprint"]
+
+INDEX_FORMAT = "1"  # bump when the schema changes: an older index is rebuilt
+_SQL = load_queries("keel.bridge", "index.sql")
+
+Fingerprint = list[list[str | int]]
+"""[[path, size, mtime_ns], …] of the trace files an index was built from."""
+
+
+def fingerprint(files: Iterable[Path]) -> Fingerprint:
+    """What identifies the content of ``files`` cheaply (a stat each)."""
+    out: Fingerprint = []
+    for path in files:
+        st = path.stat()
+        out.append([str(path.resolve()), st.st_size, st.st_mtime_ns])
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class IngestReport:
+    """What one ingest did."""
+
+    files: int
+    spans: int
+    bytes: int
+    seconds: float
+
+    @property
+    def spans_per_second(self) -> float:
+        return self.spans / self.seconds if self.seconds > 0 else float("inf")
+
+    @property
+    def mib_per_second(self) -> float:
+        return self.bytes / 2**20 / self.seconds if self.seconds > 0 else float("inf")
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _accumulate(stats: dict[tuple[str, int], list[int]], rows: list[Row]) -> None:
+    """Add spans to the per-service per-minute aggregates [spans, errors, sum, max]."""
+    for row in rows:
+        key = (row[3], row[5] // NS_PER_MINUTE)
+        duration = row[6] - row[5]
+        agg = stats.get(key)
+        if agg is None:
+            stats[key] = [1, row[7], duration, duration]
+        else:
+            agg[0] += 1
+            agg[1] += row[7]
+            agg[2] += duration
+            agg[3] = max(agg[3], duration)
+
+
+def build_index(  # noqa: PLR0915 - one transaction, start to swap, reads best in one piece
+    files: Sequence[Path],
+    dest: Path,
+    *,
+    read: Callable[[Path], Iterable[list[Row]]] = read_spans,
+    log: Callable[[str], object] | None = None,
+    batch_size: int = 20_000,
+) -> IngestReport:
+    """Index the spans of ``files`` (read by ``read``, a trace source's reader) into
+    ``dest``, replacing it atomically.
+
+    Raises:
+        MalformedSource: a file that is not OTLP/JSON (names the file and line); ``dest``
+            is left as it was.
+        StoreError: SQLite failed (disk full …); ``dest`` is left as it was.
+    """
+    began = time.perf_counter()
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f"{dest.name}.building-{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    stats: dict[tuple[str, int], list[int]] = {}
+    total = 0
+    size = sum(f.stat().st_size for f in files)
+    try:
+        conn = sqlite3.connect(tmp, isolation_level=None)
+        try:
+            # The file is private until it is swapped in (and fsynced first): no journal.
+            conn.execute("PRAGMA journal_mode = OFF")
+            conn.execute("PRAGMA synchronous = OFF")
+            conn.execute("PRAGMA cache_size = -65536")  # KiB: 64 MiB of page cache at most
+            conn.executescript(_SQL["schema"])
+            conn.execute("BEGIN")
+            sources = []
+            for path in files:
+                count = 0
+                pending: list[Row] = []
+                for rows in read(path):
+                    _accumulate(stats, rows)
+                    pending.extend(rows)
+                    if len(pending) >= batch_size:
+                        conn.executemany(_SQL["insert_span"], pending)
+                        count += len(pending)
+                        pending = []
+                if pending:
+                    conn.executemany(_SQL["insert_span"], pending)
+                    count += len(pending)
+                total += count
+                st = path.stat()
+                sources.append((str(path.resolve()), st.st_size, st.st_mtime_ns, count))
+                if log is not None:
+                    rate = total / max(time.perf_counter() - began, 1e-9)
+                    log(f"  indexed {path.name}: {count:,} spans ({rate:,.0f} spans/s so far)")
+            conn.executemany(
+                _SQL["insert_minute"], [(s, m, *agg) for (s, m), agg in sorted(stats.items())]
+            )
+            conn.executemany("INSERT INTO sources VALUES (?, ?, ?, ?)", sources)
+            meta = {
+                "format": INDEX_FORMAT,
+                "fingerprint": json.dumps(fingerprint(files)),
+                "spans": str(total),
+                "first_ns": str(min((m for _, m in stats), default=0) * NS_PER_MINUTE),
+                "last_ns": str((max((m for _, m in stats), default=0) + 1) * NS_PER_MINUTE),
+            }
+            conn.executemany("INSERT INTO meta VALUES (?, ?)", meta.items())
+            conn.executescript(_SQL["indexes"])  # commits the open transaction first
+            conn.execute("ANALYZE")
+        finally:
+            conn.close()
+        _fsync(tmp)
+        os.replace(tmp, dest)
+        with contextlib.suppress(OSError):  # not every filesystem lets a folder be fsynced
+            _fsync(dest.parent)
+    except MalformedSource:
+        tmp.unlink(missing_ok=True)
+        raise
+    except sqlite3.Error as exc:
+        tmp.unlink(missing_ok=True)
+        raise StoreError(f"cannot build the trace index {dest}: {exc}") from exc
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return IngestReport(len(files), total, size, time.perf_counter() - began)
+
+
+@dataclass(frozen=True, slots=True)
+class WindowSpans:
+    """One service's spans in a time window, as the diagnosis needs them."""
+
+    durations_ns: list[int]
+    errors: int
+    exemplars: list[tuple[str, str, int, int]]  # (trace, span, duration_ns, error), worst first
+
+
+class TraceIndex:
+    """Read-only queries on an index file built by :func:`build_index`."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @contextlib.contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        if not self.path.exists():
+            raise BridgeError(f"no trace index at {self.path}: run `keel bridge ingest` first")
+        try:
+            conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open the trace index {self.path}: {exc}") from exc
+        try:
+            yield conn
+        except sqlite3.Error as exc:
+            raise StoreError(f"trace index {self.path}: {exc}") from exc
+        finally:
+            conn.close()
+
+    def meta(self) -> dict[str, str]:
+        """The index's metadata (format, fingerprint, spans, first_ns, last_ns)."""
+        with self._connect() as conn:
+            return dict(conn.execute("SELECT key, value FROM meta").fetchall())
+
+    def services(self) -> list[str]:
+        """Every service that has spans, sorted."""
+        with self._connect() as conn:
+            return [row[0] for row in conn.execute(_SQL["services"])]
+
+    def minutes(self, service: str, first: int, last: int) -> list[tuple[int, int, int, int]]:
+        """(minute, spans, errors, duration_ns) of ``service`` for minutes in [first, last)."""
+        with self._connect() as conn:
+            return list(conn.execute(_SQL["minutes"], (service, first, last)))
+
+    def span_times(self, service: str, start: int, end: int) -> list[tuple[int, int]]:
+        """(start_ns, end_ns) of ``service``'s spans that start in [start, end)."""
+        with self._connect() as conn:
+            return list(conn.execute(_SQL["span_times"], (service, start, end)))
+
+    def window(
+        self, services: Sequence[str], start: int, end: int, *, exemplars: int = 3
+    ) -> dict[str, WindowSpans]:
+        """Each service's spans that start in [start, end)."""
+        out: dict[str, WindowSpans] = {}
+        with self._connect() as conn:
+            for service in services:
+                rows = conn.execute(_SQL["window_spans"], (service, start, end)).fetchall()
+                if not rows:
+                    continue
+                errors = sum(r[3] for r in rows)
+                # Exemplars: errors first, then the slowest; ties broken by id (deterministic).
+                worst = sorted(rows, key=lambda r: (-r[3], -r[2], r[0], r[1]))[:exemplars]
+                out[service] = WindowSpans(
+                    [r[2] for r in rows], errors, [(r[0], r[1], r[2], r[3]) for r in worst]
+                )
+        return out
+
+    def callers(
+        self, services: Sequence[str], start: int, end: int
+    ) -> list[tuple[str, str, int, int]]:
+        """Call edges (caller, callee, calls, callee errors) seen in [start, end)."""
+        edges: list[tuple[str, str, int, int]] = []
+        with self._connect() as conn:
+            for service in services:
+                for caller, calls, errors in conn.execute(
+                    _SQL["window_edges"], (service, start, end)
+                ):
+                    if caller != service:
+                        edges.append((caller, service, calls, errors or 0))
+        return sorted(edges)
+
+    def search(
+        self,
+        *,
+        service: str | None = None,
+        start: int | None = None,
+        end: int | None = None,
+        trace_id: str | None = None,
+        span_id: str | None = None,
+        errors_only: bool = False,
+        min_duration_ns: int | None = None,
+        limit: int = 50,
+    ) -> tuple[list[Span], int]:
+        """Spans matching every given filter (oldest first, at most ``limit``), and how
+        many matched in all."""
+        where: list[str] = []
+        args: list[str | int] = []
+        for column, value in (("trace_id", trace_id), ("span_id", span_id), ("service", service)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                args.append(value)
+        if start is not None:
+            where.append("start_ns >= ?")
+            args.append(start)
+        if end is not None:
+            where.append("start_ns < ?")
+            args.append(end)
+        if errors_only:
+            where.append("error = 1")
+        if min_duration_ns is not None:
+            where.append("end_ns - start_ns >= ?")
+            args.append(min_duration_ns)
+        clause = f"WHERE {' AND '.join(where)}" if where else ""
+        columns = "trace_id, span_id, parent_id, service, name, start_ns, end_ns, error"
+        with self._connect() as conn:
+            # The filters are fixed column names; only values are bound as parameters.
+            total = conn.execute(f"SELECT count(*) FROM spans {clause}", args).fetchone()[0]  # noqa: S608
+            rows = conn.execute(
+                f"SELECT {columns} FROM spans {clause} "  # noqa: S608
+                "ORDER BY start_ns, trace_id, span_id LIMIT ?",
+                [*args, limit],
+            ).fetchall()
+        spans = [Span(r[0], r[1], r[2], r[3], r[4], r[5], r[6], bool(r[7])) for r in rows]
+        return spans, total

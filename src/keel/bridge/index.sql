@@ -1,0 +1,73 @@
+-- The Incident Bridge's trace index (keel.bridge.index): a SQLite file rebuilt aside and
+-- swapped in whole whenever its sources change, so readers never see half an ingest.
+
+-- name: schema
+CREATE TABLE meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE spans (
+    trace_id  TEXT    NOT NULL,           -- 32 hex digits
+    span_id   TEXT    NOT NULL,           -- 16 hex digits
+    parent_id TEXT,                       -- NULL for a root span
+    service   TEXT    NOT NULL,           -- the resource's service.name
+    name      TEXT    NOT NULL,           -- the operation
+    start_ns  INTEGER NOT NULL,           -- ns since the epoch
+    end_ns    INTEGER NOT NULL CHECK (end_ns >= start_ns),
+    error     INTEGER NOT NULL CHECK (error IN (0, 1))
+);
+-- Per service, per minute: computed at ingest, so that baselines cost no span scan.
+CREATE TABLE minute_stats (
+    service     TEXT    NOT NULL,
+    minute      INTEGER NOT NULL,         -- start_ns // 60e9
+    spans       INTEGER NOT NULL,
+    errors      INTEGER NOT NULL,
+    duration_ns INTEGER NOT NULL,         -- sum of the spans' durations
+    max_ns      INTEGER NOT NULL,
+    PRIMARY KEY (service, minute)
+) WITHOUT ROWID;
+CREATE TABLE sources (
+    path     TEXT    PRIMARY KEY,
+    size     INTEGER NOT NULL,
+    mtime_ns INTEGER NOT NULL,
+    spans    INTEGER NOT NULL
+);
+
+-- name: indexes
+-- Built after the bulk insert (faster than keeping them up to date row by row).
+CREATE INDEX spans_by_service ON spans (service, start_ns);
+CREATE INDEX spans_by_trace ON spans (trace_id, span_id);
+
+-- name: insert_span
+INSERT INTO spans (trace_id, span_id, parent_id, service, name, start_ns, end_ns, error)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?);
+
+-- name: insert_minute
+INSERT INTO minute_stats (service, minute, spans, errors, duration_ns, max_ns)
+VALUES (?, ?, ?, ?, ?, ?);
+
+-- name: services
+SELECT DISTINCT service FROM minute_stats ORDER BY service;
+
+-- name: minutes
+SELECT minute, spans, errors, duration_ns
+FROM minute_stats
+WHERE service = ? AND minute >= ? AND minute < ?
+ORDER BY minute;
+
+-- name: window_spans
+SELECT trace_id, span_id, end_ns - start_ns, error
+FROM spans
+WHERE service = ? AND start_ns >= ? AND start_ns < ?;
+
+-- name: span_times
+SELECT start_ns, end_ns FROM spans WHERE service = ? AND start_ns >= ? AND start_ns < ?;
+
+-- name: window_edges
+-- Who calls `service` in the window: the caller is the parent span's service.
+SELECT parent.service, count(*), sum(child.error)
+FROM spans AS child
+JOIN spans AS parent ON parent.trace_id = child.trace_id AND parent.span_id = child.parent_id
+WHERE child.service = ? AND child.start_ns >= ? AND child.start_ns < ?
+  AND child.parent_id IS NOT NULL
+GROUP BY parent.service;

@@ -1,0 +1,365 @@
+"""Read spans from OpenTelemetry OTLP/JSON files, streaming, in bounded memory.
+
+The format is the JSON encoding of ``ExportTraceServiceRequest``::
+
+    {"resourceSpans": [{"resource": {"attributes": [{"key": "service.name",
+                                                    "value": {"stringValue": "payments"}}]},
+                        "scopeSpans": [{"scope": {...}, "spans": [
+                            {"traceId": "5b8e…", "spanId": "eee1…", "parentSpanId": "…",
+                             "name": "POST /charge", "kind": 2,
+                             "startTimeUnixNano": "1710409440000000000",
+                             "endTimeUnixNano": "1710409440120000000",
+                             "status": {"code": 2}}]}]}]}
+
+A file holds one such request (pretty-printed or not) or many, one after the other: the
+collector's ``file`` exporter writes one request per line (JSON lines). Both are read as
+a sequence of top-level objects. A request up to :data:`WHOLE_LIMIT` characters is
+decoded at once (the fast path for JSON lines); a larger one is walked structurally,
+span by span, so a single 1 GB request needs no more memory than a small one.
+
+Trace and span ids are hex, as OTLP/JSON asks; base64 ids (the generic protobuf JSON
+mapping) are accepted and converted. ``status.code`` 2 (or ``"STATUS_CODE_ERROR"``) marks
+an error. A span whose resource names no ``service.name`` gets ``unknown_service``, as
+OpenTelemetry's SDKs do.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from keel.bridge.errors import MalformedSource
+from keel.errors import ConfigurationError
+
+__all__ = ["TRACE_SUFFIXES", "WHOLE_LIMIT", "Row", "read_spans", "trace_files"]
+
+CHUNK = 1 << 20  # characters read from a file at a time
+WHOLE_LIMIT = 16 << 20  # characters: a larger request is walked span by span
+TRACE_SUFFIXES = (".json", ".jsonl", ".ndjson")
+UNKNOWN_SERVICE = "unknown_service"
+
+Row = tuple[str, str, str | None, str, str, int, int, int]
+"""(trace_id, span_id, parent_id, service, name, start_ns, end_ns, error 0/1)."""
+
+_WS = re.compile(r"[ \t\n\r]*")
+_HEX = {16: re.compile(r"[0-9a-f]{32}"), 8: re.compile(r"[0-9a-f]{16}")}
+_DECODER = json.JSONDecoder()
+_ERROR_CODES = {2, "2", "STATUS_CODE_ERROR"}
+
+
+def trace_files(paths: Iterable[Path]) -> list[Path]:
+    """The OTLP/JSON files named by ``paths``: files as given, folders by their
+    ``*.json`` / ``*.jsonl`` / ``*.ndjson`` files (sorted by name, not recursive).
+
+    Raises:
+        ConfigurationError: a path that does not exist.
+    """
+    found: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found.extend(
+                sorted(p for p in path.iterdir() if p.is_file() and p.suffix in TRACE_SUFFIXES)
+            )
+        elif path.is_file():
+            found.append(path)
+        else:
+            raise ConfigurationError(f"trace source {path} does not exist")
+    return found
+
+
+class _SpanError(ValueError):
+    """A span that is not a valid OTLP span (its position is added by the reader)."""
+
+
+def _span_id(value: Any, size: int, field: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise _SpanError(f"{field} is missing or not a string")
+    text = value.lower()
+    if _HEX[size].fullmatch(text):
+        return text
+    try:
+        raw = base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raw = b""
+    if len(raw) == size:
+        return raw.hex()
+    raise _SpanError(f"{field} {value!r} is not a {size}-byte id in hex (or base64)")
+
+
+def _nanos(value: Any, field: str) -> int:
+    if isinstance(value, bool):
+        raise _SpanError(f"{field} must be nanoseconds since the epoch")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    raise _SpanError(f"{field} must be nanoseconds since the epoch, not {value!r}")
+
+
+def _row(span: Any, service: str) -> Row:
+    if not isinstance(span, dict):
+        raise _SpanError("a span must be a JSON object")
+    trace_id = _span_id(span.get("traceId"), 16, "traceId")
+    span_id = _span_id(span.get("spanId"), 8, "spanId")
+    parent = span.get("parentSpanId")
+    parent_id = _span_id(parent, 8, "parentSpanId") if parent else None
+    name = span.get("name")
+    if not isinstance(name, str):
+        raise _SpanError(f"span {span_id}: name is missing or not a string")
+    start = _nanos(span.get("startTimeUnixNano"), "startTimeUnixNano")
+    end = _nanos(span.get("endTimeUnixNano"), "endTimeUnixNano")
+    if end < start:
+        raise _SpanError(f"span {span_id} ends before it starts")
+    status = span.get("status")
+    code = status.get("code", 0) if isinstance(status, dict) else 0
+    return (trace_id, span_id, parent_id, service, name, start, end, int(code in _ERROR_CODES))
+
+
+def _service(resource: Any) -> str:
+    if not isinstance(resource, dict):
+        return UNKNOWN_SERVICE
+    attributes = resource.get("attributes")
+    if not isinstance(attributes, list):
+        return UNKNOWN_SERVICE
+    for attribute in attributes:
+        if isinstance(attribute, dict) and attribute.get("key") == "service.name":
+            value = attribute.get("value")
+            if isinstance(value, dict) and isinstance(value.get("stringValue"), str):
+                return str(value["stringValue"])
+    return UNKNOWN_SERVICE
+
+
+_TOO_BIG = object()
+
+
+class _Reader:
+    """A cursor over a text file: refills its buffer as needed, knows its line numbers."""
+
+    def __init__(self, file: IO[str], path: Path) -> None:
+        self.file = file
+        self.path = path
+        self.buf = ""
+        self.pos = 0
+        self.eof = False
+        self.first_line = 1  # line number of buf[0]
+        self.offset = 0  # characters of the file before buf[0]
+
+    def fill(self) -> bool:
+        if self.eof:
+            return False
+        chunk = self.file.read(CHUNK)
+        if not chunk:
+            self.eof = True
+            return False
+        if self.pos:
+            self.first_line += self.buf.count("\n", 0, self.pos)
+            self.offset += self.pos
+            self.buf = self.buf[self.pos :] + chunk
+            self.pos = 0
+        else:
+            self.buf += chunk
+        return True
+
+    def mark(self) -> int:
+        """The cursor's position in the file (for :meth:`line` later)."""
+        return self.offset + self.pos
+
+    def line(self, mark: int | None = None) -> int:
+        """The line of a position (a :meth:`mark`; default the cursor). Only called for
+        error messages: it counts newlines."""
+        index = self.pos if mark is None else max(0, mark - self.offset)
+        return self.first_line + self.buf.count("\n", 0, index)
+
+    def error(self, reason: str, mark: int | None = None) -> MalformedSource:
+        return MalformedSource(self.path, reason, self.line(mark))
+
+    def peek(self) -> str:
+        """The next non-blank character ("" at the end of the file)."""
+        while True:
+            match = _WS.match(self.buf, self.pos)
+            self.pos = match.end() if match else self.pos
+            if self.pos < len(self.buf):
+                return self.buf[self.pos]
+            if not self.fill():
+                return ""
+
+    def expect(self, char: str) -> None:
+        found = self.peek()
+        if found != char:
+            raise self.error(f"expected {char!r}, found {found or 'the end of the file'!r}")
+        self.pos += 1
+
+    def value(self, limit: int | None = None) -> Any:
+        """Decode the JSON value at the cursor; with ``limit``, return ``_TOO_BIG`` for
+        one longer than that instead (the cursor stays put)."""
+        if not self.peek():
+            raise self.error("unexpected end of the file")
+        while True:
+            try:
+                value, end = _DECODER.raw_decode(self.buf, self.pos)
+            except json.JSONDecodeError as exc:
+                incomplete = not self.eof and (
+                    exc.pos >= len(self.buf) - 8 or exc.msg.startswith("Unterminated")
+                )
+                if incomplete:
+                    if limit is not None and len(self.buf) - self.pos > limit:
+                        return _TOO_BIG
+                    if self.fill():
+                        continue
+                raise self.error(f"not valid JSON: {exc.msg}", self.offset + exc.pos) from None
+            if end == len(self.buf) and self.fill():
+                continue  # a number at the end of the buffer may go on in the next chunk
+            self.pos = end
+            return value
+
+    def members(self) -> Iterator[str]:
+        """The keys of the object at the cursor; after each, the cursor is at its value."""
+        self.expect("{")
+        if self.peek() == "}":
+            self.pos += 1
+            return
+        while True:
+            start = self.mark()
+            key = self.value()
+            if not isinstance(key, str):
+                raise self.error("an object key must be a string", start)
+            self.expect(":")
+            yield key
+            found = self.peek()
+            self.pos += 1
+            if found == "}":
+                return
+            if found != ",":
+                raise self.error(f"expected ',' or '}}' in an object, found {found!r}")
+
+    def elements(self) -> Iterator[None]:
+        """Yield once per element of the array at the cursor, with the cursor at it; the
+        caller consumes the element before asking for the next."""
+        self.expect("[")
+        if self.peek() == "]":
+            self.pos += 1
+            return
+        while True:
+            yield
+            found = self.peek()
+            self.pos += 1
+            if found == "]":
+                return
+            if found != ",":
+                raise self.error(f"expected ',' or ']' in an array, found {found!r}")
+
+
+def _request_rows(request: Any, reader: _Reader, start: int) -> list[Row]:
+    """The spans of a decoded request (``start``: its mark, for error messages)."""
+    if not isinstance(request, dict):
+        raise reader.error("expected an ExportTraceServiceRequest object", start)
+    resource_spans = request.get("resourceSpans", [])
+    if not isinstance(resource_spans, list):
+        raise reader.error("resourceSpans must be an array", start)
+    rows: list[Row] = []
+    for r, resource in enumerate(resource_spans):
+        if not isinstance(resource, dict):
+            raise reader.error(f"resourceSpans[{r}] must be an object", start)
+        service = _service(resource.get("resource"))
+        scopes = resource.get("scopeSpans", resource.get("instrumentationLibrarySpans", []))
+        if not isinstance(scopes, list):
+            raise reader.error(f"resourceSpans[{r}].scopeSpans: not an array", start)
+        for s, scope in enumerate(scopes):
+            spans = scope.get("spans", []) if isinstance(scope, dict) else None
+            if not isinstance(spans, list):
+                raise reader.error(f"resourceSpans[{r}].scopeSpans[{s}].spans: not an array", start)
+            for n, span in enumerate(spans):
+                try:
+                    rows.append(_row(span, service))
+                except _SpanError as exc:
+                    where = f"resourceSpans[{r}].scopeSpans[{s}].spans[{n}]"
+                    raise reader.error(f"{where}: {exc}", start) from None
+    return rows
+
+
+WALK_BATCH = 10_000  # spans per batch when a large request is walked
+
+
+def _walk_request(reader: _Reader) -> Iterator[list[Row]]:  # noqa: PLR0912 - mirrors the format's nesting
+    """The spans of the (large) request at the cursor, walked without decoding it whole.
+
+    Memory stays bounded by the batch size, except for spans that come before their
+    ``resource`` in the file (exporters write the resource first), kept until it comes.
+    """
+    batch: list[Row] = []
+    for key in reader.members():
+        if key != "resourceSpans":
+            reader.value()
+            continue
+        for _ in reader.elements():
+            service: str | None = None
+            pending: list[tuple[Any, int]] = []
+            for member in reader.members():
+                if member == "resource":
+                    service = _service(reader.value())
+                    continue
+                if member not in {"scopeSpans", "instrumentationLibrarySpans"}:
+                    reader.value()
+                    continue
+                for _ in reader.elements():
+                    for inner in reader.members():
+                        if inner != "spans":
+                            reader.value()
+                            continue
+                        for _ in reader.elements():
+                            where = reader.mark()
+                            span = reader.value()
+                            if service is None:
+                                pending.append((span, reader.line(where)))
+                                continue
+                            try:
+                                batch.append(_row(span, service))
+                            except _SpanError as exc:
+                                raise reader.error(str(exc), where) from None
+                            if len(batch) >= WALK_BATCH:
+                                yield batch
+                                batch = []
+            for span, line in pending:
+                try:
+                    batch.append(_row(span, service or UNKNOWN_SERVICE))
+                except _SpanError as exc:
+                    raise MalformedSource(reader.path, str(exc), line) from None
+    if batch:
+        yield batch
+
+
+def read_spans(path: Path, *, whole_limit: int = WHOLE_LIMIT) -> Iterator[list[Row]]:
+    """The spans of one OTLP/JSON file, in batches (one per request, or less).
+
+    Raises:
+        MalformedSource: the file is not OTLP/JSON; names the file, the line and why.
+    """
+    try:
+        file = path.open(encoding="utf-8")
+    except OSError as exc:
+        raise MalformedSource(path, f"cannot open: {exc.strerror or exc}") from exc
+    with file:
+        reader = _Reader(file, path)
+        try:
+            while True:
+                found = reader.peek()
+                if not found:
+                    return
+                if found != "{":
+                    raise reader.error(f"expected an OTLP request object, found {found!r}")
+                start = reader.mark()
+                request = reader.value(limit=whole_limit)
+                if request is _TOO_BIG:
+                    yield from _walk_request(reader)
+                else:
+                    rows = _request_rows(request, reader, start)
+                    del request
+                    if rows:
+                        yield rows
+        except UnicodeDecodeError as exc:
+            raise MalformedSource(path, f"not UTF-8 text ({exc.reason})") from None

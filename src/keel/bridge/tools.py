@@ -1,0 +1,219 @@
+"""The Bridge's plain tools: ``get_incident``, ``search_traces``, ``list_deploys``.
+
+Every citation of a diagnosis names one of these tools and the arguments that resolve
+it. Each tool answers with structured content and text; bad input (an unknown incident,
+a time range that ends before it starts …) is a tool error (``isError: true``) with a
+message that says what is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anyio.to_thread
+from mcp.server import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import CallToolResult, TextContent
+
+from keel.bridge.core import Bridge, open_bridge
+from keel.bridge.errors import BadQuery, BridgeError
+from keel.bridge.records import parse_time
+from keel.bridge.settings import BridgeSettings
+from keel.errors import KeelError
+
+__all__ = ["MAX_LIMIT", "BridgeTools", "add_tools"]
+
+MAX_LIMIT = 1_000  # results one call may return
+
+
+def _time(value: str | None, what: str) -> int | None:
+    if value is None or value == "":
+        return None
+    try:
+        return parse_time(value, what)
+    except ValueError as exc:
+        raise BadQuery(str(exc)) from None
+
+
+def _range(
+    start: str | None, end: str | None, names: tuple[str, str] = ("start", "end")
+) -> tuple[int | None, int | None]:
+    first, last = _time(start, names[0]), _time(end, names[1])
+    if first is not None and last is not None and last <= first:
+        raise BadQuery(f"bad time range: {names[1]} ({end}) must be after {names[0]} ({start})")
+    return first, last
+
+
+def _limit(limit: int) -> int:
+    if not 1 <= limit <= MAX_LIMIT:
+        raise BadQuery(f"limit must be between 1 and {MAX_LIMIT}, not {limit}")
+    return limit
+
+
+class BridgeTools:
+    """The tools' logic over one :class:`Bridge` (raises BridgeError for bad input)."""
+
+    def __init__(self, bridge: Bridge) -> None:
+        self.bridge = bridge
+
+    def get_incident(self, incident_id: str) -> dict[str, Any]:
+        incident = self.bridge.incidents.get(incident_id)
+        return {"incident": incident.to_json()}
+
+    def search_traces(
+        self,
+        *,
+        service: str | None = None,
+        start: str | None = None,
+        end: str | None = None,
+        trace_id: str | None = None,
+        span_id: str | None = None,
+        errors_only: bool = False,
+        min_duration_ms: float | None = None,
+        limit: int = 50,
+    ) -> dict[str, Any]:
+        first, last = _range(start, end)
+        if min_duration_ms is not None and min_duration_ms < 0:
+            raise BadQuery("min_duration_ms must be >= 0")
+        spans, total = self.bridge.index.search(
+            service=service,
+            start=first,
+            end=last,
+            trace_id=trace_id.lower() if trace_id else None,
+            span_id=span_id.lower() if span_id else None,
+            errors_only=errors_only,
+            min_duration_ns=None if min_duration_ms is None else int(min_duration_ms * 1e6),
+            limit=_limit(limit),
+        )
+        return {
+            "spans": [s.to_json() for s in spans],
+            "total": total,
+            "truncated": total > len(spans),
+        }
+
+    def list_deploys(
+        self,
+        *,
+        service: str | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        deploy_id: str | None = None,
+        limit: int = 100,
+    ) -> dict[str, Any]:
+        first, last = _range(since, until, ("since", "until"))
+        limit = _limit(limit)
+        found = [
+            d
+            for d in self.bridge.deploys.all()
+            if (service is None or d.service == service)
+            and (deploy_id is None or d.id == deploy_id)
+            and (first is None or d.deployed_at >= first)
+            and (last is None or d.deployed_at < last)
+        ]
+        if deploy_id is not None and not found:
+            raise BadQuery(f"unknown deploy: {deploy_id!r}")
+        return {
+            "deploys": [d.to_json() for d in found[:limit]],
+            "total": len(found),
+            "truncated": len(found) > limit,
+        }
+
+
+def _text(name: str, value: dict[str, Any]) -> str:
+    if "incident" in value:
+        i = value["incident"]
+        service = i["service"] or "not named"
+        return (
+            f"{i['id']} [{i['severity']}] {i['title']}, opened {i['opened_at']}; service: "
+            f"{service}; symptoms: {'; '.join(i['symptoms'])}"
+        )
+    if "spans" in value:
+        lines = [f"{value['total']} spans match" + (" (first shown)" if value["truncated"] else "")]
+        lines += [
+            f"{s['start']} {s['service']} {s['name']} {s['duration_ms']:.1f} ms"
+            f"{' ERROR' if s['error'] else ''} trace={s['trace_id']} span={s['span_id']}"
+            for s in value["spans"]
+        ]
+        return "\n".join(lines)
+    if "deploys" in value:
+        lines = [f"{value['total']} deploys match"]
+        lines += [
+            f"{d['deployed_at']} {d['id']} {d['service']} {d['version']} ({d['kind']}) "
+            f"by {d['author']}: {d['summary']}"
+            for d in value["deploys"]
+        ]
+        return "\n".join(lines)
+    return json.dumps(value)  # pragma: no cover - every tool returns one of the above
+
+
+def add_tools(server: MCPServer[Any], settings: BridgeSettings) -> None:
+    """Register ``get_incident``, ``search_traces`` and ``list_deploys`` on ``server``."""
+    tools: list[BridgeTools] = []
+
+    async def call(name: str, **kwargs: Any) -> CallToolResult:
+        def run() -> dict[str, Any]:
+            if not tools:
+                tools.append(BridgeTools(open_bridge(settings)))
+            method = getattr(tools[0], name)
+            result: dict[str, Any] = method(**kwargs)
+            return result
+
+        try:
+            value = await anyio.to_thread.run_sync(run)
+        except (BridgeError, KeelError) as exc:
+            raise ToolError(str(exc)) from exc
+        return CallToolResult(
+            content=[TextContent(type="text", text=_text(name, value))], structured_content=value
+        )
+
+    @server.tool(name="get_incident")
+    async def get_incident(incident_id: str) -> CallToolResult:
+        """An incident by id: title, severity, when it was opened, symptoms, affected service."""
+        return await call("get_incident", incident_id=incident_id)
+
+    @server.tool(name="search_traces")
+    async def search_traces(  # noqa: PLR0917 - a tool's parameters are its arguments
+        service: str | None = None,
+        start: str | None = None,
+        end: str | None = None,
+        trace_id: str | None = None,
+        span_id: str | None = None,
+        errors_only: bool = False,
+        min_duration_ms: float | None = None,
+        limit: int = 50,
+    ) -> CallToolResult:
+        """Spans matching every given filter, oldest first: service, time range (ISO 8601
+        start/end, by span start), trace id, span id, errors only, minimum duration."""
+        return await call(
+            "search_traces",
+            service=service,
+            start=start,
+            end=end,
+            trace_id=trace_id,
+            span_id=span_id,
+            errors_only=errors_only,
+            min_duration_ms=min_duration_ms,
+            limit=limit,
+        )
+
+    @server.tool(name="list_deploys")
+    async def list_deploys(
+        service: str | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        deploy_id: str | None = None,
+        limit: int = 100,
+    ) -> CallToolResult:
+        """Deploys and configuration changes, oldest first, by service, time range
+        (ISO 8601 since/until) or id."""
+        return await call(
+            "list_deploys",
+            service=service,
+            since=since,
+            until=until,
+            deploy_id=deploy_id,
+            limit=limit,
+        )
+
+    del get_incident, search_traces, list_deploys  # registered on the server

@@ -1,0 +1,137 @@
+"""``keel bridge …``: the Incident Bridge's data — sample data, ingest, an offline diagnosis."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+__all__ = ["bridge"]
+
+_DATA_HELP = "The Bridge's data directory (index, sample data). Default $KEEL_BRIDGE_DATA, "
+_DATA_HELP += "then keel-data/bridge."
+
+
+@click.group(short_help="Incident Bridge data: sample data, ingest, diagnose.")
+def bridge() -> None:
+    """The Incident Bridge's data: generate sample data, index trace exports, and run a
+    diagnosis offline (no server, no task store)."""
+
+
+@bridge.command("sample-data", short_help="Write a sample dataset with known root causes.")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--seed", default=7, show_default=True, type=int, help="Same seed, same data.")
+@click.option(
+    "--incidents",
+    "count",
+    default=12,
+    show_default=True,
+    type=click.IntRange(0, 200),
+    help="Injected incidents (besides the seed's INC-2026-0142).",
+)
+@click.option(
+    "--rate",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(1, 100_000),
+    help="Requests per minute (about 8.6 spans each).",
+)
+def sample_data(directory: Path, seed: int, count: int, rate: float) -> None:
+    """Write incidents, deploys, OTLP/JSON traces and ground-truth.json into DIRECTORY."""
+    from keel.bridge.generate import generate
+
+    generate(directory, seed=seed, incidents=count, rate=rate, log=click.echo)
+
+
+def _settings(
+    data_dir: Path | None,
+    incidents: Path | None,
+    traces: tuple[Path, ...],
+    deploys: Path | None,
+    pace: str = "fast",
+) -> object:
+    from keel.bridge.settings import BridgeSettings
+
+    base = BridgeSettings.from_env()
+    return BridgeSettings(
+        data_dir=data_dir or base.data_dir,
+        incidents=incidents,
+        traces=list(traces) or None,
+        deploys=deploys,
+        pace=pace,
+    )
+
+
+_source_options = [
+    click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), help=_DATA_HELP),
+    click.option(
+        "--incidents", type=click.Path(dir_okay=False, path_type=Path), help="Incidents JSON."
+    ),
+    click.option(
+        "--traces",
+        multiple=True,
+        type=click.Path(path_type=Path),
+        help="OTLP/JSON file or folder (repeatable).",
+    ),
+    click.option(
+        "--deploys", type=click.Path(dir_okay=False, path_type=Path), help="Deploys JSON or CSV."
+    ),
+]
+
+
+def _sources(fn: click.decorators.FC) -> click.decorators.FC:
+    for option in reversed(_source_options):
+        fn = option(fn)
+    return fn
+
+
+@bridge.command(short_help="Index the trace files (only if they changed).")
+@_sources
+def ingest(
+    data_dir: Path | None, incidents: Path | None, traces: tuple[Path, ...], deploys: Path | None
+) -> None:
+    """Bring the trace index up to date with the sources (sample data if there are none).
+
+    A malformed trace file is reported with its name and line, and the index stays as it
+    was.
+    """
+    from keel.bridge.core import prepare
+    from keel.bridge.settings import BridgeSettings
+
+    settings = _settings(data_dir, incidents, traces, deploys)
+    assert isinstance(settings, BridgeSettings)
+    paths = prepare(settings, log=click.echo)
+    click.echo(paths.describe())
+
+
+@bridge.command(short_help="Diagnose an incident offline and print the cited conclusion.")
+@click.argument("incident_id")
+@click.option("--service", default=None, help="The affected service, if the incident names none.")
+@click.option("--json", "as_json", is_flag=True, help="Print the structured result.")
+@_sources
+def diagnose(  # noqa: PLR0917 - click passes every option as an argument
+    incident_id: str,
+    service: str | None,
+    as_json: bool,
+    data_dir: Path | None,
+    incidents: Path | None,
+    traces: tuple[Path, ...],
+    deploys: Path | None,
+) -> None:
+    """Run the diagnosis phases directly (no task store, no pace): for trying data out."""
+    from keel.bridge.core import open_bridge
+    from keel.bridge.diagnosis import render, run_diagnosis
+    from keel.bridge.errors import BridgeError
+    from keel.bridge.settings import BridgeSettings
+
+    settings = _settings(data_dir, incidents, traces, deploys)
+    assert isinstance(settings, BridgeSettings)
+    bridge_data = open_bridge(settings, log=click.echo)
+    try:
+        result = run_diagnosis(bridge_data, incident_id, service)
+    except ValueError as exc:
+        if isinstance(exc, BridgeError):
+            raise
+        raise click.UsageError(f"{exc} (--service)") from exc
+    click.echo(json.dumps(result, indent=2) if as_json else render(result))

@@ -1,0 +1,190 @@
+"""The Bridge over MCP, in-process through the official client: the diagnosis as a task
+(input required with an enum of services, a wrong answer refused by name, the cited
+conclusion), and the plain tools' answers and errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+from mcp.server import MCPServer
+from mcp.shared.exceptions import MCPError
+from mcp_types import Result
+
+from keel.bridge import SEED_DEPLOY, SEED_INCIDENT, add_tools, build_app
+from keel.bridge.settings import BridgeSettings
+from keel.mcp.client import Created, Detailed, GetTask, TaskIdParams, UpdateParams, UpdateTask
+from keel.mcp.client import TasksClientExtension as Tasks
+from keel.mcp.server import TasksExtension, keel_lifespan
+from keel.store import SqliteStore
+
+from .conftest import DatasetFactory
+
+pytestmark = pytest.mark.anyio
+WAIT = 60.0  # seconds a flow may take (a diagnosis at the fast pace takes well under one)
+
+
+@pytest.fixture
+def server(dataset: DatasetFactory, tmp_path: Any) -> MCPServer[Any]:
+    """The Bridge as ``keel serve`` will assemble it: the task app and the plain tools."""
+    settings = dataset(7)
+    app = build_app(settings, SqliteStore(tmp_path / "keel.db"))
+    server: MCPServer[Any] = MCPServer(
+        "bridge", extensions=[TasksExtension(app)], lifespan=keel_lifespan(app)
+    )
+    add_tools(server, settings)
+    return server
+
+
+async def get(client: Client, task_id: str) -> Detailed:
+    return await client.session.send_request(
+        GetTask(params=TaskIdParams(task_id=task_id)), Detailed
+    )
+
+
+async def until(client: Client, task_id: str, status: str) -> dict[str, Any]:
+    with anyio.fail_after(WAIT):
+        while True:
+            task = await get(client, task_id)
+            if task.status == status:
+                return task.model_dump(by_alias=True)
+            assert task.status not in {"failed", "cancelled"}, task
+            await anyio.sleep(0.05)
+
+
+def answer(task_id: str, key: str, content: dict[str, Any]) -> UpdateTask:
+    return UpdateTask(
+        params=UpdateParams(
+            task_id=task_id, input_responses={key: {"action": "accept", "content": content}}
+        )
+    )
+
+
+async def test_seed_incident_asks_for_the_service_refuses_a_wrong_one_and_concludes(
+    server: MCPServer[Any],
+) -> None:
+    """The seed's incident names no service: the task asks with an enum of the known
+    services; "billing" is refused with -32602 naming the field and the question stays
+    open; "payments" completes it with configuration change d-8812 on top, cited; each
+    citation resolves through the plain tools over the same connection."""
+    async with Client(server, extensions=[Tasks()]) as client:
+        created = await client.session.call_tool(
+            "diagnose_root_cause", {"incident_id": SEED_INCIDENT}, allow_claimed=True
+        )
+        assert isinstance(created, Created)
+        waiting = await until(client, created.task_id, "input_required")
+        [(key, request)] = waiting["inputRequests"].items()
+        schema = request["params"]["requestedSchema"]
+        assert schema["required"] == ["service"]
+        assert "payments" in schema["properties"]["service"]["enum"]
+        assert SEED_INCIDENT in request["params"]["message"]
+
+        with pytest.raises(MCPError) as info:
+            await client.session.send_request(
+                answer(created.task_id, key, {"service": "billing"}), Result
+            )
+        assert info.value.code == -32602
+        assert "service" in info.value.message
+        assert (await get(client, created.task_id)).status == "input_required"
+
+        await client.session.send_request(
+            answer(created.task_id, key, {"service": "payments"}), Result
+        )
+        done = await until(client, created.task_id, "completed")
+        result = done["result"]
+        assert result["isError"] is False
+        conclusion = result["structuredContent"]
+        assert conclusion["root_cause"]["deploy_id"] == SEED_DEPLOY
+        assert conclusion["root_cause"]["kind"] == "config_change"
+        assert SEED_DEPLOY in result["content"][0]["text"]
+        for citation in conclusion["citations"]:
+            found = await client.call_tool(citation["tool"], citation["arguments"])
+            assert not found.is_error, citation
+            content = found.structured_content
+            if citation["kind"] == "query":
+                assert content["total"] > 0, citation
+            else:
+                assert citation["ref"].split("/")[-1] in str(content), citation
+
+
+async def test_unknown_incident_ends_the_task_with_a_tool_error(server: MCPServer[Any]) -> None:
+    """An unknown incident id: completed with isError and a message naming it."""
+    async with Client(server, extensions=[Tasks()]) as client:
+        created = await client.session.call_tool(
+            "diagnose_root_cause", {"incident_id": "INC-0000-NOPE"}, allow_claimed=True
+        )
+        done = await until(client, created.task_id, "completed")
+        assert done["result"]["isError"] is True
+        assert "unknown incident: 'INC-0000-NOPE'" in done["result"]["content"][0]["text"]
+
+
+async def test_unknown_service_argument_is_a_tool_error(server: MCPServer[Any]) -> None:
+    """A service argument that no span names: completed with isError listing the known."""
+    async with Client(server, extensions=[Tasks()]) as client:
+        created = await client.session.call_tool(
+            "diagnose_root_cause",
+            {"incident_id": SEED_INCIDENT, "service": "billing"},
+            allow_claimed=True,
+        )
+        done = await until(client, created.task_id, "completed")
+        text = done["result"]["content"][0]["text"]
+        assert done["result"]["isError"] is True
+        assert "unknown service: 'billing'" in text
+        assert "payments" in text
+
+
+async def test_plain_tools_answer_and_refuse_bad_input(server: MCPServer[Any]) -> None:
+    """get_incident, search_traces and list_deploys answer with structured content and
+    text; an unknown incident and bad time ranges are tool errors saying what is wrong."""
+    async with Client(server) as client:
+        incident = await client.call_tool("get_incident", {"incident_id": SEED_INCIDENT})
+        assert incident.structured_content["incident"]["service"] is None
+        assert "Checkout failing" in incident.content[0].text
+
+        missing = await client.call_tool("get_incident", {"incident_id": "INC-0000-NOPE"})
+        assert missing.is_error
+        assert "unknown incident: 'INC-0000-NOPE'" in missing.content[0].text
+
+        deploys = await client.call_tool("list_deploys", {"deploy_id": SEED_DEPLOY})
+        [deploy] = deploys.structured_content["deploys"]
+        assert deploy["service"] == "payments"
+        assert deploy["kind"] == "config"
+
+        spans = await client.call_tool(
+            "search_traces",
+            {
+                "service": "payments",
+                "start": "2026-03-14T09:42:00Z",
+                "end": "2026-03-14T09:45:00Z",
+                "errors_only": True,
+                "limit": 5,
+            },
+        )
+        found = spans.structured_content
+        assert 0 < len(found["spans"]) <= 5
+        assert all(s["error"] and s["service"] == "payments" for s in found["spans"])
+
+        backwards = await client.call_tool(
+            "search_traces", {"start": "2026-03-14T10:00:00Z", "end": "2026-03-14T09:00:00Z"}
+        )
+        assert backwards.is_error
+        assert "end (2026-03-14T09:00:00Z) must be after start" in backwards.content[0].text
+        garbled = await client.call_tool("list_deploys", {"since": "yesterday-ish"})
+        assert garbled.is_error
+        assert "since is not an ISO 8601 time: 'yesterday-ish'" in garbled.content[0].text
+        too_many = await client.call_tool("search_traces", {"limit": 100_000})
+        assert too_many.is_error
+        assert "limit must be between 1 and 1000" in too_many.content[0].text
+
+
+async def test_settings_refuse_a_bad_pace() -> None:
+    """An unknown pace name is a configuration error naming the choices."""
+    from keel.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="unknown Bridge pace 'glacial'"):
+        BridgeSettings(pace="glacial")
+    assert BridgeSettings(pace="fast").pace_seconds == 0
+    assert BridgeSettings(pace=2.5).pace_seconds == 2.5
+    assert BridgeSettings().pace_seconds == BridgeSettings(pace="demo").pace_seconds

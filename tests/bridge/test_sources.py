@@ -1,0 +1,205 @@
+"""The data sources: OTLP/JSON in both layouts, malformed files refused with the file and
+line and the index left as it was, incidents and deploys (JSON and CSV)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from keel.bridge.core import prepare
+from keel.bridge.errors import MalformedSource, UnknownIncident
+from keel.bridge.index import TraceIndex, build_index
+from keel.bridge.otlp import read_spans
+from keel.bridge.settings import BridgeSettings
+from keel.bridge.sources import FileDeploys, JsonIncidents
+
+from .conftest import tree_bytes
+
+TRACE = "5b8efff798038103d269b633813fc60c"
+
+
+def request(service: str, *spans: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "resourceSpans": [
+            {
+                "resource": {
+                    "attributes": [{"key": "service.name", "value": {"stringValue": service}}]
+                },
+                "scopeSpans": [{"scope": {"name": "test"}, "spans": list(spans)}],
+            }
+        ]
+    }
+
+
+def span(
+    span_id: str, parent: str | None = None, *, error: bool = False, **extra: Any
+) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "traceId": TRACE,
+        "spanId": span_id,
+        "name": f"op-{span_id[:4]}",
+        "startTimeUnixNano": "1773481200000000000",
+        "endTimeUnixNano": "1773481200250000000",
+        "status": {"code": 2} if error else {},
+        **extra,
+    }
+    if parent:
+        out["parentSpanId"] = parent
+    return out
+
+
+def rows(path: Path, **kw: Any) -> list[tuple[Any, ...]]:
+    return [row for batch in read_spans(path, **kw) for row in batch]
+
+
+def test_json_lines_and_one_pretty_object_read_the_same(tmp_path: Path) -> None:
+    """A collector file (one request per line) and one pretty-printed request give the
+    same spans; a request too big to decode whole is walked span by span, same result;
+    base64 ids (protobuf's generic JSON mapping) are read as hex."""
+    first = request(
+        "checkout", span("eee19b7ec3c1b174"), span("eee19b7ec3c1b175", "eee19b7ec3c1b174")
+    )
+    b64 = base64.b64encode(bytes.fromhex("eee19b7ec3c1b176")).decode()
+    second = request("payments", span(b64, "eee19b7ec3c1b175", error=True))
+    lines = tmp_path / "export.jsonl"
+    lines.write_text(json.dumps(first) + "\n" + json.dumps(second) + "\n")
+    merged = request("checkout", *first["resourceSpans"][0]["scopeSpans"][0]["spans"])
+    merged["resourceSpans"] += second["resourceSpans"]
+    pretty = tmp_path / "export.json"
+    pretty.write_text(json.dumps(merged, indent=2))
+
+    expected = rows(lines)
+    assert [r[:4] + r[7:] for r in expected] == [
+        (TRACE, "eee19b7ec3c1b174", None, "checkout", 0),
+        (TRACE, "eee19b7ec3c1b175", "eee19b7ec3c1b174", "checkout", 0),
+        (TRACE, "eee19b7ec3c1b176", "eee19b7ec3c1b175", "payments", 1),
+    ]
+    assert rows(pretty) == expected
+    assert rows(pretty, whole_limit=64) == expected  # walked, never decoded whole
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "reason"),
+    [
+        (
+            '{"resourceSpans": [\n  {"resource": {}, "scopeSpans": [\n  oops ]}]}',
+            3,
+            "not valid JSON",
+        ),
+        (json.dumps(request("a", span("eee19b7ec3c1b174"))) + "\n[1, 2]\n", 2, "expected an OTLP"),
+        (
+            json.dumps(request("a", span("eee19b7ec3c1b174")))
+            + "\n"
+            + json.dumps(request("a", span("xyz")))
+            + "\n",
+            2,
+            "spanId 'xyz' is not a 8-byte id",
+        ),
+        (json.dumps(request("a", span("eee19b7ec3c1b174", endTimeUnixNano="1"))), 1, "ends before"),
+    ],
+)
+@pytest.mark.parametrize("whole_limit", [1 << 24, 16], ids=["decoded", "walked"])
+def test_malformed_trace_file_names_file_and_line(
+    tmp_path: Path, text: str, line: int, reason: str, whole_limit: int
+) -> None:
+    """Bad JSON, a non-request, a bad id, a span ending before it starts: each refused
+    naming the file, the line and what is wrong, whether decoded whole or walked."""
+    path = tmp_path / "bad.jsonl"
+    path.write_text(text)
+    with pytest.raises(MalformedSource) as info:
+        rows(path, whole_limit=whole_limit)
+    assert info.value.path == path
+    assert info.value.line == line
+    assert reason in str(info.value)
+    assert f"{path}:{line}" in str(info.value)
+
+
+def test_a_malformed_file_leaves_the_index_as_it_was(dataset: Any, tmp_path: Path) -> None:
+    """Ingesting a folder with one malformed file fails naming it, and the existing
+    index (and the data folder) are byte for byte what they were: nothing half-written."""
+    source = dataset(7).data_dir
+    data = tmp_path / "data"
+    traces = data / "traces"
+    traces.mkdir(parents=True)
+    for name in ("incidents.json", "deploys.json"):
+        (data / name).write_bytes((source / name).read_bytes())
+    for path in sorted((source / "traces").iterdir())[:2]:
+        (traces / path.name).write_bytes(path.read_bytes())
+    settings = BridgeSettings(data_dir=data, pace="fast")
+    first = prepare(settings, log=lambda _l: None)
+    assert first.ingested is not None
+    assert first.spans > 0
+    before = tree_bytes(data)
+
+    bad = traces / "traces-99.jsonl"
+    bad.write_text(json.dumps(request("a", span("eee19b7ec3c1b174"))) + "\n{not json\n")
+    with pytest.raises(MalformedSource, match=r"traces-99\.jsonl:2: not valid JSON"):
+        prepare(settings, log=lambda _l: None)
+    bad.unlink()
+    assert tree_bytes(data) == before  # no temp file left, the index untouched
+    assert TraceIndex(data / "index.db").meta()["spans"] == str(first.spans)
+
+    again = prepare(settings, log=lambda _l: None)
+    assert again.ingested is None  # up to date: nothing rebuilt
+
+
+def test_index_ingest_is_a_no_op_when_up_to_date_and_rebuilds_on_change(tmp_path: Path) -> None:
+    """The index records the files it was built from; a changed file rebuilds it."""
+    traces = tmp_path / "t.jsonl"
+    traces.write_text(json.dumps(request("a", span("eee19b7ec3c1b174"))) + "\n")
+    report = build_index([traces], tmp_path / "index.db")
+    assert report.spans == 1
+    index = TraceIndex(tmp_path / "index.db")
+    assert index.services() == ["a"]
+    [found], total = index.search(trace_id=TRACE)
+    assert total == 1
+    assert found.span_id == "eee19b7ec3c1b174"
+
+
+def test_incidents_and_deploys_from_json_and_csv(tmp_path: Path) -> None:
+    """Incidents from JSON (service optional); deploys from CSV with a header; an
+    unknown incident names the known ones; a bad record names file and what is wrong."""
+    incidents = tmp_path / "incidents.json"
+    incidents.write_text(
+        json.dumps(
+            [
+                {
+                    "id": "INC-1",
+                    "title": "t",
+                    "severity": "SEV2",
+                    "opened_at": "2026-03-14T09:44:00Z",
+                    "symptoms": ["slow"],
+                    "service": "checkout",
+                },
+                {"id": "INC-2", "title": "u", "opened_at": "2026-03-14T10:00:00+01:00"},
+            ]
+        )
+    )
+    source = JsonIncidents(incidents)
+    assert source.get("INC-1").service == "checkout"
+    assert source.get("INC-2").service is None
+    assert [i.id for i in source.all()] == ["INC-2", "INC-1"]  # 09:00Z before 09:44Z
+    with pytest.raises(
+        UnknownIncident, match="unknown incident: 'INC-3'; known incidents: INC-2, INC-1"
+    ):
+        source.get("INC-3")
+
+    csv = tmp_path / "deploys.csv"
+    csv.write_text(
+        "id,service,version,commit,author,deployed_at,summary,kind\n"
+        "d-1,payments,2.0.1,abc123,ana,2026-03-14T09:41:00Z,lower timeout,config\n"
+        "d-2,checkout,1.1.0,def456,bo,2026-03-14T09:30:00Z,release,\n"
+    )
+    deploys = FileDeploys(csv).all()
+    assert [(d.id, d.kind) for d in deploys] == [("d-2", "code"), ("d-1", "config")]
+
+    csv.write_text("id,service,deployed_at,summary\nd-1,payments,next tuesday,x\n")
+    with pytest.raises(MalformedSource, match=r"deploys\.csv:2: deployed_at is not an ISO 8601"):
+        FileDeploys(csv).all()
+    incidents.write_text(json.dumps([{"id": "INC-1", "title": "t"}]))
+    with pytest.raises(MalformedSource, match=r"incident #1 \(INC-1\): opened_at must be"):
+        JsonIncidents(incidents).all()
