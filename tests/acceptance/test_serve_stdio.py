@@ -68,3 +68,32 @@ async def test_input_update_complete_and_cancel_over_stdio(tmp_path: Path) -> No
     finally:
         await store.close()
     assert stored == {created.task_id: "completed", running.task_id: "cancelled"}
+
+
+async def test_the_bridge_over_stdio_diagnoses_with_a_plain_tool_beside_it(
+    tmp_path: Path,
+) -> None:
+    """`keel serve --transport stdio` (the Bridge, sample data made on first start, fast
+    pace): stdout carries only the protocol, the plain tool answers, and the diagnosis
+    asks for the service, takes the answer and completes with its citations."""
+    server = StdioServerParameters(
+        command=str(KEEL),
+        args=["serve", "--transport", "stdio", "--data-dir", str(tmp_path), "--pace", "fast"],
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if not k.startswith("KEEL_")},
+    )
+    async with Client(server, extensions=[Tasks()]) as client:
+        incident = await client.call_tool("get_incident", {"incident_id": "INC-2026-0142"})
+        assert not incident.is_error
+        assert incident.structured_content is not None
+        assert incident.structured_content["incident"]["id"] == "INC-2026-0142"
+        created = await client.session.call_tool(
+            "diagnose_root_cause", {"incident_id": "INC-2026-0142"}, allow_claimed=True
+        )
+        assert isinstance(created, Created)
+        await until(client, created.task_id, "input_required")
+        await update_task(client, created.task_id, {"service": accept({"service": "payments"})})
+        done = await until(client, created.task_id, "completed")
+    structured = done["result"]["structuredContent"]
+    assert "d-8812" in structured["conclusion"]
+    assert structured["citations"]
