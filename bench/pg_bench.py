@@ -11,17 +11,18 @@ Measured on the PostgreSQL at ``$KEEL_BENCH_POSTGRES`` (default
 * **cancel latency across processes**: a handler runs in a worker process; this process
   cancels it through its own store; the handler's ``finally`` writes the time it ran to a
   file. The wake-up is a NOTIFY (the worker's 0.2 s watch poll is the fallback).
-* **a peer, the same shape, in the same run**: PgQueuer (from PyPI, in a virtual
-  environment of its own under ``~/.cache/keel-bench/pg-pgqueuer``, created on first use
-  or with ``--setup-peer`` by ``uv venv`` + ``uv pip install``; never one of Keel's
-  dependencies) drains the same number of pre-filled no-op jobs with ``--workers``
-  processes (``bench/peers/pg_pgqueuer_bench.py``), each in a fresh database dropped
-  after. Keel and peer runs alternate, so both see the same machine; the medians and
-  their ratio are reported. ``--peer none`` skips it.
+* **peers, the same shape, in the same run**: PgQueuer and Procrastinate (from PyPI, each
+  in a virtual environment of its own under ``~/.cache/keel-bench/pg-NAME``, created on
+  first use or with ``--setup-peers`` by ``uv venv`` + ``uv pip install``; never one of
+  Keel's dependencies) drain pre-filled no-op jobs with ``--workers`` processes
+  (``bench/peers/pg_NAME_bench.py``), each run in a fresh database dropped after.
+  Procrastinate gets at most 5,000 jobs (its rate is flat and slow; a full run would
+  take minutes). Keel and peer runs alternate, so all see the same machine; the medians
+  and the ratios Keel/peer are reported. ``--peers none`` skips them.
 
     uv run python bench/pg_bench.py            # the full run
     uv run python bench/pg_bench.py --quick    # a smoke run
-    uv run python bench/pg_bench.py --setup-peer   # (re)create the PgQueuer venv first
+    uv run python bench/pg_bench.py --setup-peers  # (re)create the peer venvs first
 
 Prints a table and the targets met, and writes JSON (``--out``, default
 ``bench/results/pg_bench.json``). Numbers from a 2-core machine shared with PostgreSQL
@@ -41,6 +42,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
@@ -242,30 +244,65 @@ async def cancel_latency(samples: int, tmp: Path) -> dict[str, Any]:
     }
 
 
-PEER_VENV = Path.home() / ".cache" / "keel-bench" / "pg-pgqueuer"
-PEER_PINS = ("pgqueuer==1.6.0", "asyncpg==0.32.0")
-PEER_SCRIPT = HERE / "peers" / "pg_pgqueuer_bench.py"
+CACHE = Path.home() / ".cache" / "keel-bench"
+
+
+@dataclass(frozen=True)
+class Peer:
+    """A peer queue, run from its own venv by its script in ``bench/peers/``."""
+
+    name: str
+    label: str
+    pins: tuple[str, ...]
+    script: str
+    max_jobs: int | None = None
+    """Fewer jobs than Keel's run, for a slow peer (its rate is flat; the run stays short)."""
+
+    @property
+    def venv(self) -> Path:
+        return CACHE / f"pg-{self.name}"
+
+    @property
+    def version(self) -> str:
+        return self.pins[0].split("==")[1]
+
+
+PEERS = {
+    "pgqueuer": Peer(
+        "pgqueuer",
+        "PgQueuer (asyncpg, batch_size 10 per process)",
+        ("pgqueuer==1.6.0", "asyncpg==0.32.0"),
+        "pg_pgqueuer_bench.py",
+    ),
+    "procrastinate": Peer(
+        "procrastinate",
+        "Procrastinate (psycopg, concurrency 8 per process)",
+        ("procrastinate==3.10.0",),
+        "pg_procrastinate_bench.py",
+        max_jobs=5_000,
+    ),
+}
 NOTE = (
     "measured on a 2-core machine shared with the PostgreSQL server itself and with other "
     "work (other developers' test runs) going on at the same time: a floor, not a ceiling"
 )
 
 
-def peer_python(venv: Path, *, setup: bool) -> Path:
-    """The peer venv's interpreter with the pinned PgQueuer installed; create it if needed."""
-    python = venv / "bin" / "python"
-    check = [str(python), "-c", "import importlib.metadata as m; print(m.version('pgqueuer'))"]
+def peer_python(peer: Peer, *, setup: bool) -> Path:
+    """The peer venv's interpreter with the pinned package installed; create it if needed."""
+    python = peer.venv / "bin" / "python"
+    check = [str(python), "-c", f"import importlib.metadata as m; print(m.version({peer.name!r}))"]
     if not setup and python.exists():
         probe = subprocess.run(check, capture_output=True, text=True, check=False)
-        if probe.returncode == 0 and probe.stdout.strip() == PEER_PINS[0].split("==")[1]:
+        if probe.returncode == 0 and probe.stdout.strip() == peer.version:
             return python
     uv = shutil.which("uv")
     if uv is None:
-        raise SystemExit("uv is not on PATH: it is needed to create the PgQueuer venv")
-    print(f"  creating {venv} with {' '.join(PEER_PINS)}", file=sys.stderr, flush=True)
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run([uv, "venv", "-q", "--python", "3.11", str(venv)], check=True)
-    subprocess.run([uv, "pip", "install", "-q", "--python", str(python), *PEER_PINS], check=True)
+        raise SystemExit(f"uv is not on PATH: it is needed to create the {peer.name} venv")
+    print(f"  creating {peer.venv} with {' '.join(peer.pins)}", file=sys.stderr, flush=True)
+    peer.venv.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run([uv, "venv", "-q", "--python", "3.11", str(peer.venv)], check=True)
+    subprocess.run([uv, "pip", "install", "-q", "--python", str(python), *peer.pins], check=True)
     subprocess.run(check, check=True, capture_output=True)
     return python
 
@@ -276,20 +313,20 @@ def database_url(name: str) -> str:
     return urlunsplit(parts._replace(path=f"/{name}", query=""))
 
 
-def peer_throughput(python: Path, workers: int, tasks: int) -> dict[str, Any]:
-    """PgQueuer drains ``tasks`` pre-filled no-op jobs with ``workers`` processes, in a
+def peer_throughput(peer: Peer, python: Path, workers: int, tasks: int) -> dict[str, Any]:
+    """The peer drains ``tasks`` pre-filled no-op jobs with ``workers`` processes, in a
     fresh database of its own (dropped after)."""
     name = f"keel_bench_peer_{secrets.token_hex(4)}"
     with psycopg.connect(BASE, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"'.encode())
     try:
         done = subprocess.run(
-            [str(python), str(PEER_SCRIPT), "--dsn", database_url(name), "--jobs", str(tasks),
-             "--workers", str(workers)],
-            capture_output=True, text=True, timeout=WAIT + 60, check=False,
+            [str(python), str(HERE / "peers" / peer.script), "--dsn", database_url(name),
+             "--jobs", str(tasks), "--workers", str(workers)],
+            capture_output=True, text=True, timeout=WAIT + 600, check=False,
         )  # fmt: skip
         if done.returncode != 0:
-            raise RuntimeError(f"the PgQueuer run failed:\n{done.stderr[-3000:]}")
+            raise RuntimeError(f"the {peer.name} run failed:\n{done.stderr[-3000:]}")
         result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
         return result
     finally:
@@ -307,28 +344,32 @@ async def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", default=str(HERE / "results" / "pg_bench.json"))
     parser.add_argument(
-        "--peer", choices=["pgqueuer", "none"], default="pgqueuer", help="the peer to run"
+        "--peers",
+        default="pgqueuer,procrastinate",
+        help=f"comma-separated, of {', '.join(PEERS)}; 'none' for none",
     )
-    parser.add_argument("--peer-venv", type=Path, default=PEER_VENV)
-    parser.add_argument("--setup-peer", action="store_true", help="(re)create the peer venv")
+    parser.add_argument("--setup-peers", action="store_true", help="(re)create the peer venvs")
     args = parser.parse_args()
     if args.quick:
         args.tasks, args.repeat, args.cancel_samples = 3_000, 1, 10
-    python = None if args.peer == "none" else peer_python(args.peer_venv, setup=args.setup_peer)
+    chosen = [] if args.peers == "none" else [PEERS[p.strip()] for p in args.peers.split(",")]
+    pythons = {peer.name: peer_python(peer, setup=args.setup_peers) for peer in chosen}
     load_before = os.getloadavg()
     runs_by_concurrency: dict[int, list[dict[str, Any]]] = {c: [] for c in args.concurrency}
-    peer_runs: list[dict[str, Any]] = []
-    for n in range(args.repeat):  # Keel and the peer alternate: both see the same machine
+    peer_runs: dict[str, list[dict[str, Any]]] = {peer.name: [] for peer in chosen}
+    for n in range(args.repeat):  # Keel and the peers alternate: all see the same machine
         for concurrency in args.concurrency:
             run = await throughput(args.workers, concurrency, args.tasks)
             runs_by_concurrency[concurrency].append(run)
             print(f"  keel {n + 1}/{args.repeat}, concurrency {concurrency}: "
                   f"{run['tasks_per_s']}/s", file=sys.stderr, flush=True)  # fmt: skip
-        if python is not None:
-            peer_runs.append(
-                await anyio.to_thread.run_sync(peer_throughput, python, args.workers, args.tasks)
+        for peer in chosen:
+            jobs = min(args.tasks, peer.max_jobs or args.tasks)
+            row = await anyio.to_thread.run_sync(
+                peer_throughput, peer, pythons[peer.name], args.workers, jobs
             )
-            print(f"  pgqueuer {n + 1}/{args.repeat}: {peer_runs[-1]['tasks_per_s']}/s",
+            peer_runs[peer.name].append(row)
+            print(f"  {peer.name} {n + 1}/{args.repeat}: {row['tasks_per_s']}/s",
                   file=sys.stderr, flush=True)  # fmt: skip
     rows = []
     for runs in runs_by_concurrency.values():
@@ -336,11 +377,11 @@ async def main() -> None:
         median = runs[len(runs) // 2]
         median["all_runs_per_s"] = [r["tasks_per_s"] for r in runs]
         rows.append(median)
-    peer: dict[str, Any] | None = None
-    if peer_runs:
-        peer_runs.sort(key=lambda r: r["tasks_per_s"])
-        peer = peer_runs[len(peer_runs) // 2]
-        peer["all_runs_per_s"] = [r["tasks_per_s"] for r in peer_runs]
+    peers: dict[str, dict[str, Any]] = {}
+    for name, runs in peer_runs.items():
+        runs.sort(key=lambda r: r["tasks_per_s"])
+        peers[name] = runs[len(runs) // 2]
+        peers[name]["all_runs_per_s"] = [r["tasks_per_s"] for r in runs]
     tmp = Path(os.environ.get("TMPDIR", "/tmp"))
     cancel = await cancel_latency(args.cancel_samples, tmp)
     print(f"\nPostgreSQL {BASE.split('@')[-1]}, {args.tasks} no-op tasks, median of {args.repeat}")
@@ -351,12 +392,16 @@ async def main() -> None:
     print(f"\ncancel across processes: p50 {cancel['p50_ms']} ms, p99 {cancel['p99_ms']} ms, "
           f"max {cancel['max_ms']} ms ({cancel['samples']} samples)")  # fmt: skip
     best = max(r["tasks_per_s"] for r in rows)
-    if peer is not None:
-        peer["keel_over_peer"] = round(best / peer["tasks_per_s"], 2)
-        print(f"\npeer, same shape (pre-filled no-op jobs, {peer['workers']} processes): "
-              f"PgQueuer {PEER_PINS[0].split('==')[1]} (asyncpg, batch_size "
-              f"{peer['batch_size']}) {peer['tasks_per_s']}/s, runs {peer['all_runs_per_s']}; "
-              f"Keel / PgQueuer = {peer['keel_over_peer']}")  # fmt: skip
+    if peers:
+        print(f"\npeers, same shape (pre-filled no-op jobs, {args.workers} processes), "
+              "median of the runs alternated with Keel's:")  # fmt: skip
+        print(f"{'peer':<60} {'jobs':>6} {'run/s':>9}  {'Keel/peer':>9}  runs")
+    for name, row in peers.items():
+        peer = PEERS[name]
+        row["version"] = peer.version
+        row["keel_over_peer"] = round(best / row["tasks_per_s"], 2)
+        print(f"{peer.label + ' ' + peer.version:<60} {row['jobs']:>6} {row['tasks_per_s']:>9} "
+              f"{row['keel_over_peer']:>9}  {row['all_runs_per_s']}")  # fmt: skip
     print(f"\nnote: {NOTE} (load average before {load_before[0]:.2f}, "
           f"after {os.getloadavg()[0]:.2f})")  # fmt: skip
     print_targets(
@@ -367,9 +412,8 @@ async def main() -> None:
              "ok": cancel["p99_ms"] <= 500, "measured": f"{cancel['p99_ms']} ms"},
         ]
     )  # fmt: skip
-    args.peer_venv = str(args.peer_venv)
     out = write_results(
-        args.out, "pg_bench", args, throughput=rows, cancel=cancel, peer=peer, note=NOTE,
+        args.out, "pg_bench", args, throughput=rows, cancel=cancel, peers=peers, note=NOTE,
         load_average={"before": load_before, "after": os.getloadavg()},
     )  # fmt: skip
     print(f"\nwrote {out}")
