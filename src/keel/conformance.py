@@ -58,14 +58,19 @@ async def protocol_error_job(ctx: TaskContext) -> str:
     raise TaskFailed("simulated protocol error", code=-32603)
 
 
-@app.task("confirm_delete", poll_interval=0.1, max_attempts=1)
+# Tasks that only ask and answer are safe to run again: a server killed while one runs
+# leaves its lease to expire (LEASE seconds), then another attempt finishes it.
+LEASE = 5.0
+
+
+@app.task("confirm_delete", poll_interval=0.1, lease_seconds=LEASE)
 async def confirm_delete(ctx: TaskContext, filename: str = "file.txt") -> str:
     """Ask for confirmation before deleting `filename`."""
     answer = await ctx.elicit(f"Delete {filename}?", CONFIRM, key="confirm")
     return f"deleted {filename}" if answer.get("confirm") else f"kept {filename}"
 
 
-@app.task("multi_input", poll_interval=0.1, max_attempts=1)
+@app.task("multi_input", poll_interval=0.1, lease_seconds=LEASE)
 async def multi_input(ctx: TaskContext) -> str:
     """Ask two questions at once."""
     answers = await ctx.elicit_many(
