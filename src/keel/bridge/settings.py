@@ -106,19 +106,34 @@ class BridgeSettings:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> BridgeSettings:
-        """Settings from ``$KEEL_BRIDGE_DATA`` (data dir), ``$KEEL_BRIDGE_PACE`` and
-        ``$KEEL_BRIDGE_LEASE`` (seconds).
+        """Settings from the environment ``keel serve`` reads too, so that one environment
+        configures front ends and workers alike: ``$KEEL_BRIDGE_DATA`` (the data dir; else
+        ``$KEEL_DATA_DIR/bridge``, as ``keel serve`` lays it out), ``$KEEL_BRIDGE_INCIDENTS``,
+        ``$KEEL_BRIDGE_TRACES`` (paths separated by whitespace), ``$KEEL_BRIDGE_DEPLOYS``,
+        ``$KEEL_BRIDGE_PACE`` and ``$KEEL_BRIDGE_LEASE`` (seconds).
 
         Raises:
             ConfigurationError: a bad pace or lease.
         """
         env = os.environ if environ is None else environ
-        data = env.get(DATA_ENV) or str(DEFAULT_DATA_DIR)
+        data = env.get(DATA_ENV) or (
+            str(Path(env["KEEL_DATA_DIR"]) / "bridge")
+            if env.get("KEEL_DATA_DIR")
+            else str(DEFAULT_DATA_DIR)
+        )
         lease = env.get(LEASE_ENV) or str(DEFAULT_LEASE)
         try:
             lease_seconds = float(lease)
         except ValueError:
             raise ConfigurationError(f"${LEASE_ENV} must be seconds, not {lease!r}") from None
+        incidents = env.get("KEEL_BRIDGE_INCIDENTS")
+        deploys = env.get("KEEL_BRIDGE_DEPLOYS")
+        traces = env.get("KEEL_BRIDGE_TRACES", "").split()
         return cls(
-            data_dir=Path(data), pace=env.get(PACE_ENV) or DEFAULT_PACE, lease_seconds=lease_seconds
+            data_dir=Path(data),
+            incidents=Path(incidents) if incidents else None,
+            traces=[Path(t) for t in traces] or None,
+            deploys=Path(deploys) if deploys else None,
+            pace=env.get(PACE_ENV) or DEFAULT_PACE,
+            lease_seconds=lease_seconds,
         )
