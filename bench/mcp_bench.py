@@ -38,9 +38,6 @@ seconds not counted, then ``--measure`` seconds counted:
 
 ``--profile`` runs the Keel server under cProfile (``apps/bench_serve.py``) and prints
 its top functions; the numbers of a profiled run are not comparable to the others.
-``--servers keel,fastmcp,keel-wake`` adds a what-if row: Keel with its in-process
-workers woken on submit (a patch applied by ``apps/bench_serve.py``, not Keel as shipped),
-to size that fix; the targets are checked on ``keel`` only.
 
 Prints a table, the ratios and the targets met (issue 4), and writes JSON (``--out``,
 default ``bench/results/mcp_bench.json``).
@@ -81,7 +78,7 @@ TASK_TIMEOUT = 30.0  # seconds one task may take (create + polls) before it coun
 DRAIN_TIMEOUT = 30.0  # seconds the clients may take to finish their last task
 TERMINAL = {"completed", "failed", "cancelled"}
 TICK = os.sysconf("SC_CLK_TCK")
-SERVERS = ("keel", "fastmcp", "keel-wake")  # keel-wake: a what-if (apps/bench_serve.py)
+SERVERS = ("keel", "fastmcp")
 RATIO_KEYS = ("tasks_per_s", "create_p50_ms", "create_p99_ms", "e2e_p50_ms", "e2e_p99_ms")
 
 
@@ -226,9 +223,7 @@ class ServerProcess:
                 self.proc.wait(timeout=30)
 
 
-def start_keel(
-    args: argparse.Namespace, folder: Path, profile: Path | None, *, wake: bool = False
-) -> ServerProcess:
+def start_keel(args: argparse.Namespace, folder: Path, profile: Path | None) -> ServerProcess:
     serve = [
         "serve",
         "--app",
@@ -240,18 +235,14 @@ def start_keel(
         "--concurrency",
         str(args.keel_concurrency),
     ]
-    if profile is None and not wake:
+    if profile is None:
         argv = [str(KEEL), *serve]
     else:
-        argv = [sys.executable, str(HERE / "apps" / "bench_serve.py")]
-        if profile is not None:
-            profile.parent.mkdir(parents=True, exist_ok=True)
-            argv += ["--profile", str(profile)]
-        if wake:
-            argv.append("--wake-on-submit")
+        profile.parent.mkdir(parents=True, exist_ok=True)
+        argv = [sys.executable, str(HERE / "apps" / "bench_serve.py"), "--profile", str(profile)]
         argv += ["--", *serve]
     env = {k: v for k, v in os.environ.items() if k != "KEEL_STORE"}
-    return ServerProcess("keel-wake" if wake else "keel", argv, cwd=HERE, env=env)
+    return ServerProcess("keel", argv, cwd=HERE, env=env)
 
 
 def start_fastmcp(args: argparse.Namespace, python: Path) -> ServerProcess:
@@ -440,7 +431,7 @@ def cell(
     """A fresh server (fresh SQLite file, or flushed Redis db), measured with C clients."""
     if name.startswith("keel"):
         folder = Path(tempfile.mkdtemp(prefix=f"{name}-c{clients}-", dir=tmp))
-        server = start_keel(args, folder, profile, wake=name == "keel-wake")
+        server = start_keel(args, folder, profile)
     else:
         assert python is not None
         redis_call(python, args.redis_url, "r.flushdb()")
@@ -477,7 +468,7 @@ def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     by = {(r["server"], r["clients"]): r for r in rows}
     for c in sorted({r["clients"] for r in rows}):
         fast = by.get(("fastmcp", c))
-        for variant in ("keel", "keel-wake"):
+        for variant in ("keel",):
             keel = by.get((variant, c))
             if keel is None or fast is None:
                 continue
@@ -625,7 +616,7 @@ def main() -> None:
     parser.add_argument(
         "--servers",
         default="keel,fastmcp",
-        help="comma-separated: keel, fastmcp, keel-wake (a what-if: see apps/bench_serve.py)",
+        help="comma-separated: keel, fastmcp",
     )
     parser.add_argument("--warmup", type=float, default=3.0, help="seconds not counted, per cell")
     parser.add_argument("--measure", type=float, default=10.0, help="seconds counted, per cell")
