@@ -4,6 +4,7 @@ resolved settings and exits without serving)."""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -121,3 +122,14 @@ def test_no_worker_with_memory_is_refused() -> None:
 def test_rate_limiting_is_shown_when_on() -> None:
     assert "polls:   rate-limited" in check("--rate-limit-polls").output
     assert "polls:   not rate-limited" in check().output
+
+
+def test_a_port_in_use_is_one_line_before_anything_serves() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(cli, ["serve", "--app", "conformance", "--port", str(port)])
+    assert result.exit_code == 1
+    assert f"keel: error: cannot listen on 127.0.0.1:{port}" in result.output
+    assert "choose one with --port" in result.output

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import time
 import tomllib
 from pathlib import Path
@@ -262,6 +263,8 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
             )
         title = f"app {app_spec}"
     app.store  # noqa: B018 - open the store now: one clear error if it cannot be opened
+    if transport == "http" and not check:
+        _check_port(host, port)
     endpoint = "stdio" if transport == "stdio" else f"http://{host}:{port}/mcp"
     config = ctx.meta.get("keel.config_path")
     for line in [
@@ -271,7 +274,7 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
         f"  workers: {'none (front end only)' if no_worker else concurrency}",
         f"  polls:   {'rate-limited' if rate_limit_polls else 'not rate-limited'}",
         *([f"  config:  {config}"] if config else []),
-        f"  ready in {time.monotonic() - started:.2f} s",
+        f"  prepared in {time.monotonic() - started:.2f} s",
     ]:
         click.echo(line, err=True)
     if check:
@@ -282,6 +285,25 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
     server.run(
         "streamable-http", host=host, port=port, streamable_http_path="/mcp", json_response=True
     )
+
+
+def _check_port(host: str, port: int) -> None:
+    """Fail with one clear line if the address cannot be listened on (before uvicorn
+    would, with a log line and exit code 3)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise KeelCliError(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            raise KeelCliError(
+                f"cannot listen on {host}:{port}: {exc.strerror or exc} "
+                "(another keel serve? choose one with --port)"
+            ) from exc
 
 
 def _bridge(
