@@ -27,6 +27,7 @@ from keel.mcp.client import (
     UpdateTask,
 )
 from keel.mcp.client import TasksClientExtension as Tasks
+from keel.store import SqliteStore
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 KEEL = Path(sys.executable).parent / "keel"
@@ -170,3 +171,38 @@ async def test_cancel_while_running_over_http(server: Server) -> None:
             CancelTask(params=TaskIdParams(task_id=created.task_id)), Result
         )
     await until(server.url, created.task_id, "cancelled")
+
+
+async def test_a_graceful_stop_gives_running_tasks_back_at_once(server: Server) -> None:
+    """A deploy that stops keel serve with SIGTERM: the running task's lease is released
+    (not left to expire, not counted as a failed attempt), and the next server process
+    runs it again at once."""
+    await server.ready()
+    async with Client(server.url, extensions=[Tasks()]) as client:
+        created = await client.session.call_tool(
+            "slow_compute", {"seconds": 2, "label": "deploy"}, allow_claimed=True
+        )
+    assert isinstance(created, Created)
+    db = SqliteStore(server.folder / "keel.db")
+    try:
+        with anyio.fail_after(WAIT):
+            while True:
+                if (await db.get(created.task_id)).lease_owner is not None:
+                    break
+                await anyio.sleep(0.02)
+        assert server.process is not None
+        server.process.terminate()
+        # uvicorn shuts down gracefully, then re-raises SIGTERM to exit with it.
+        assert server.process.wait(timeout=WAIT) in {0, -signal.SIGTERM}
+        released = await db.get(created.task_id)
+        assert released.status.value == "working"
+        assert released.lease_owner is None
+        assert released.attempt == 1
+        history = await db.history(created.task_id)
+        assert any("shutting down" in e.reason for e in history)
+    finally:
+        await db.close()
+    server.start()
+    await server.ready()
+    done = await until(server.url, created.task_id, "completed")
+    assert done["result"]["content"][0]["text"] == "computed deploy after 2s"
