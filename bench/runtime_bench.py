@@ -10,6 +10,9 @@ default ``synchronous=full`` (every commit fsynced):
   the workers start. ``run/s`` is tasks / (last completion - first claim), both read
   from the store's own timestamps; ``create+run/s`` also counts the time creating them.
   Each configuration runs ``--repeat`` times (default 3); the median run is reported;
+* **tasks that work**: the same with 1 ms of CPU per task (hashing in the handler), one
+  process and two (informational: with no-op tasks the single SQLite writer is the limit,
+  and a second process adds contention, not commits; with real work it adds a core);
 * **cancel latency**: from a cancel request to the handler's ``finally``, within one
   process (``app.cancel`` on a handler running in a ``Worker`` in the same process) and
   across processes (this process cancels through its own store; the handler, in a
@@ -29,6 +32,7 @@ Prints a table and the targets met, and writes JSON (``--out``, default
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import random
@@ -85,6 +89,21 @@ def _mark(ctx: TaskContext, what: str) -> None:
 @app.task("noop", lease_seconds=LEASE)
 async def noop(ctx: TaskContext) -> None:
     """Nothing: what is measured is the runtime around it."""
+
+
+WORK_SECONDS = 0.001  # CPU time of one "work" task
+
+
+@app.task("work", lease_seconds=LEASE)
+async def work(ctx: TaskContext) -> int:
+    """About a millisecond of CPU (hashing), as a handler that computes something does."""
+    deadline = time.thread_time() + WORK_SECONDS
+    rounds = 0
+    digest = b"keel"
+    while time.thread_time() < deadline:
+        digest = hashlib.sha256(digest).digest()
+        rounds += 1
+    return rounds
 
 
 @app.task("hold", lease_seconds=LEASE, max_attempts=100)
@@ -231,6 +250,7 @@ def percentile(values: Sequence[float], q: int) -> float:
 @dataclass
 class Results:
     throughput: list[dict[str, Any]] = field(default_factory=list)
+    work: list[dict[str, Any]] = field(default_factory=list)
     cancel: list[dict[str, Any]] = field(default_factory=list)
     recovery: dict[str, Any] = field(default_factory=dict)
     memory: dict[str, Any] = field(default_factory=dict)
@@ -251,12 +271,14 @@ async def create_many(store: SqliteStore, name: str, count: int) -> list[str]:
     return [t.task_id for t in sorted(made, key=lambda t: t.task_id)]
 
 
-async def throughput(tmp: Path, processes: int, tasks: int, concurrency: int) -> dict[str, Any]:
-    db = tmp / f"throughput-{processes}x{concurrency}.db"
+async def throughput(
+    tmp: Path, processes: int, tasks: int, concurrency: int, name: str = "noop"
+) -> dict[str, Any]:
+    db = tmp / f"throughput-{name}-{processes}x{concurrency}.db"
     store = SqliteStore(db)
     try:
         t0 = time.perf_counter()
-        ids = await create_many(store, "noop", tasks)
+        ids = await create_many(store, name, tasks)
         create_seconds = time.perf_counter() - t0
         with Fleet(db, concurrency=concurrency) as fleet:
             workers = [fleet.start(f"tp{processes}x{concurrency}-{n}") for n in range(processes)]
@@ -589,6 +611,16 @@ def report(r: Results) -> None:
             f"{row['end_to_end_per_s']:>13,.0f}  "
             + ", ".join(f"{x:,.0f}" for x in row["runs_per_s"])
         )
+    if r.work:
+        print("\nthroughput: tasks of 1 ms CPU each (hashing in the handler), concurrency 4")
+        for row in r.work:
+            print(
+                f"  {row['processes']:>9} {row['concurrency']:>5} {row['tasks']:>6} "
+                f"{row['tasks_per_s']:>9,.0f} {row['seconds']:>8.2f}  "
+                + ", ".join(f"{x:,.0f}" for x in row["runs_per_s"])
+            )
+        one, two = (row["tasks_per_s"] for row in r.work)
+        print(f"  two processes / one: x{two / one:.2f} (informational; the targets are no-op)")
     print("\ncancel -> handler's finally ran")
     print(f"  {'where':<30} {'n':>4} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}")
     for row in r.cancel:
@@ -633,6 +665,9 @@ def main() -> None:
         default=3,
         help="throughput runs per configuration; the median is reported (this VM is noisy)",
     )
+    parser.add_argument(
+        "--work-tasks", type=int, default=3000, help="tasks of 1 ms CPU per run (informational)"
+    )
     parser.add_argument("--cancel-samples", type=int, default=100)
     parser.add_argument("--kill-trials", type=int, default=6)
     parser.add_argument("--parked", type=int, default=10_000)
@@ -642,6 +677,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.tasks, args.cancel_samples, args.kill_trials, args.answered = 600, 20, 2, 50
+        args.work_tasks = 300
         args.repeat = 1
 
     r = Results()
@@ -660,6 +696,16 @@ def main() -> None:
                 row["runs_per_s"] = [x["tasks_per_s"] for x in runs]
                 r.throughput.append(row)
                 _progress(f"throughput, {processes} x {concurrency}: {row['tasks_per_s']:,.0f}/s")
+        for processes in (1, 2):  # where the handlers' own work is what takes the time
+            runs = [
+                anyio.run(throughput, tmp / f"work{n}", processes, args.work_tasks, 4, "work")
+                for n in range(args.repeat)
+            ]
+            runs.sort(key=lambda row: row["tasks_per_s"])
+            row = runs[len(runs) // 2]
+            row["runs_per_s"] = [x["tasks_per_s"] for x in runs]
+            r.work.append(row)
+            _progress(f"1 ms CPU tasks, {processes} x 4: {row['tasks_per_s']:,.0f}/s")
         r.cancel.append(anyio.run(cancel_in_process, tmp, args.cancel_samples, 25))
         _progress(f"cancel in process: p99 {r.cancel[-1]['p99_ms']} ms")
         r.cancel.append(anyio.run(cancel_cross_process, tmp, args.cancel_samples // 2, 25, rng))
