@@ -17,7 +17,13 @@ import click
 
 from keel import __version__
 from keel.cli.bridge import bridge
-from keel.cli.common import CliState, KeelCliError, chosen_location, store_option
+from keel.cli.common import (
+    CliState,
+    KeelCliError,
+    chosen_location,
+    data_dir_option,
+    store_option,
+)
 from keel.cli.db import db
 from keel.cli.serve import serve
 from keel.cli.tasks import tasks
@@ -50,14 +56,7 @@ def cli() -> None:
 
 
 @cli.command(short_help="Play the seed's incident over MCP: ask, kill, restart, answer.")
-@click.option(
-    "--data-dir",
-    default="keel-data",
-    show_default=True,
-    envvar="KEEL_DATA_DIR",
-    type=click.Path(file_okay=False, path_type=Path),
-    help="The data directory of the keel serve it starts.",
-)
+@data_dir_option("The data directory of the keel serve it starts.")
 @click.option(
     "--store-only",
     is_flag=True,

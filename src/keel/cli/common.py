@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO, Any, TypeVar
 
 import anyio
@@ -21,6 +22,8 @@ __all__ = [
     "CliState",
     "KeelCliError",
     "chosen_location",
+    "data_dir_option",
+    "remember_store",
     "run_with_store",
     "store_option",
     "warn",
@@ -58,7 +61,8 @@ def warn(message: str) -> None:
     click.echo(f"keel: warning: {message}", err=True)
 
 
-def _remember_store(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+def remember_store(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    """A ``--store`` callback: keep the value where :func:`chosen_location` looks."""
     if value is not None:
         ctx.ensure_object(CliState).store = value
 
@@ -75,9 +79,21 @@ def store_option(fn: F) -> F:
         default=None,
         expose_value=False,
         is_eager=True,
-        callback=_remember_store,
+        callback=remember_store,
         help=STORE_HELP,
     )(fn)
+
+
+def data_dir_option(help_text: str) -> Callable[[F], F]:
+    """``--data-dir`` (``$KEEL_DATA_DIR``, default ``keel-data``), as a Path."""
+    return click.option(
+        "--data-dir",
+        default="keel-data",
+        show_default=True,
+        envvar="KEEL_DATA_DIR",
+        type=click.Path(file_okay=False, path_type=Path),
+        help=help_text,
+    )
 
 
 def chosen_location(ctx: click.Context) -> Location:

@@ -25,7 +25,7 @@ from typing import Any
 
 import click
 
-from keel.cli.common import CliState, KeelCliError
+from keel.cli.common import CliState, KeelCliError, data_dir_option, remember_store
 from keel.store import ENV_VAR, parse_location
 
 __all__ = ["CONFIG_KEYS", "serve"]
@@ -76,11 +76,6 @@ def _read_config(ctx: click.Context, _param: click.Parameter, value: str | None)
     return str(path)
 
 
-def _remember_store(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
-    if value is not None:
-        ctx.ensure_object(CliState).store = value
-
-
 def _store_location(ctx: click.Context, data_dir: Path) -> str:
     """--store (here or on ``keel``), then $KEEL_STORE, then the config file, then the
     data directory's keel.db."""
@@ -125,21 +120,14 @@ def _store_location(ctx: click.Context, data_dir: Path) -> str:
 @click.option(
     "--port", default=8000, show_default=True, type=click.IntRange(0, 65535), envvar="KEEL_PORT"
 )
-@click.option(
-    "--data-dir",
-    default="keel-data",
-    show_default=True,
-    envvar="KEEL_DATA_DIR",
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Where the store (keel.db) and the Bridge's data and index live.",
-)
+@data_dir_option("Where the store (keel.db) and the Bridge's data and index live.")
 @click.option(
     "--store",
     metavar="URL",
     default=None,
     expose_value=False,
     is_eager=True,
-    callback=_remember_store,
+    callback=remember_store,
     help=f"Store location. Default: ${ENV_VAR}, then the config file, then DATA_DIR/keel.db.",
 )
 @click.option(

@@ -20,7 +20,15 @@ from keel.model import transitions as tr
 from keel.model.validation import check_key, check_seconds, normalize
 from keel.store.protocol import Clock
 
-__all__ = ["MUTABLE_COLUMNS", "Tx", "TxStore", "new_task_id", "task_from_row", "task_to_row"]
+__all__ = [
+    "MUTABLE_COLUMNS",
+    "Tx",
+    "TxStore",
+    "event_from_row",
+    "new_task_id",
+    "task_from_row",
+    "task_to_row",
+]
 
 T = TypeVar("T")
 
@@ -87,6 +95,18 @@ def _encode_column(task: Task, column: str) -> str | None:
         return _dumps(dict(task.input_responses))
     value = getattr(task, column)
     return None if value is None else _dumps(value)
+
+
+def event_from_row(row: Mapping[str, Any]) -> Event:
+    """A history row (any mapping of the ``task_events`` columns) as an :class:`Event`."""
+    return Event(
+        task_id=row["task_id"],
+        at=row["at"],
+        from_status=None if row["from_status"] is None else Status(row["from_status"]),
+        to_status=Status(row["to_status"]),
+        reason=row["reason"],
+        actor=row["actor"],
+    )
 
 
 def task_to_row(

@@ -25,7 +25,7 @@ from psycopg.rows import dict_row
 
 from keel.errors import StoreError
 from keel.model import Event, JsonValue, Status, Task
-from keel.store.base import task_from_row, task_to_row
+from keel.store.base import event_from_row, task_from_row, task_to_row
 from keel.store.sqlfiles import load_queries
 
 __all__ = ["GroupState", "PgTx", "probe"]
@@ -252,17 +252,8 @@ class PgTx:
 
     def events(self, task_id: str) -> list[Event]:
         self._s.flush(self._cur)
-        return [
-            Event(
-                task_id=r["task_id"],
-                at=r["at"],
-                from_status=None if r["from_status"] is None else Status(r["from_status"]),
-                to_status=Status(r["to_status"]),
-                reason=r["reason"],
-                actor=r["actor"],
-            )
-            for r in self._cur.execute(Q["get_events"], {"task_id": task_id})
-        ]
+        rows = self._cur.execute(Q["get_events"], {"task_id": task_id})
+        return [event_from_row(r) for r in rows]
 
     def status_of(self, task_ids: Sequence[str]) -> dict[str, tuple[Status, int]]:
         self._s.flush(self._cur)

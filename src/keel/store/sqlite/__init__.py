@@ -32,7 +32,7 @@ import anyio.to_thread
 
 from keel.errors import ConfigurationError, StoreError
 from keel.model import Event, JsonValue, Limits, Status, Task
-from keel.store.base import TxStore, task_from_row, task_to_row
+from keel.store.base import TxStore, event_from_row, task_from_row, task_to_row
 from keel.store.protocol import Clock
 from keel.store.sqlfiles import load_migrations, load_queries
 
@@ -188,17 +188,8 @@ class _SqliteTx:
         return {r["name"]: json.loads(r["value"]) for r in rows}
 
     def events(self, task_id: str) -> list[Event]:
-        return [
-            Event(
-                task_id=r["task_id"],
-                at=r["at"],
-                from_status=None if r["from_status"] is None else Status(r["from_status"]),
-                to_status=Status(r["to_status"]),
-                reason=r["reason"],
-                actor=r["actor"],
-            )
-            for r in self._c.execute(_Q["get_events"], {"task_id": task_id})
-        ]
+        rows = self._c.execute(_Q["get_events"], {"task_id": task_id})
+        return [event_from_row(r) for r in rows]
 
     def status_of(self, task_ids: Sequence[str]) -> dict[str, tuple[Status, int]]:
         rows = self._c.execute(_Q["task_statuses"], {"task_ids": json.dumps(list(task_ids))})
