@@ -67,12 +67,14 @@ class TaskContext:
         store: Store,
         task: Task,
         *,
-        steps: Mapping[str, JsonValue],
+        steps: Mapping[str, JsonValue] | None = None,
         worker: str,
     ) -> None:
         self._store = store
         self._task = task
-        self._steps = dict(steps)
+        # The recorded steps, read on the first ``step`` call (None until then): a
+        # handler that takes no steps costs no read.
+        self._steps: dict[str, JsonValue] | None = None if steps is None else dict(steps)
         self._asked = 0
         self.worker = worker
         self.step_calls: list[str] = []
@@ -117,6 +119,10 @@ class TaskContext:
                 result is discarded; the worker stops the attempt).
             InvalidPayload, PayloadTooLarge: the result cannot be stored.
         """
+        if self._steps is None:
+            loaded = dict(await self._store.steps(self.task_id))
+            if self._steps is None:  # a concurrent step() may have loaded (and added) first
+                self._steps = loaded
         if name in self._steps:
             recorded: T = self._steps[name]  # the JSON this step returned the first time
             return recorded

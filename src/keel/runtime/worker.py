@@ -110,6 +110,7 @@ class Worker:
         # Jitter for retry backoff: spreading retries needs no cryptographic randomness.
         self._rng = rng or random.Random()  # noqa: S311
         self._running: dict[str, _Attempt] = {}
+        self._finishing = 0  # attempts whose handler is done and whose outcome is being written
         self._wake = anyio.Event()
         self._stopping = False
         self._claims_done = anyio.Event()
@@ -129,6 +130,12 @@ class Worker:
     @property
     def _lease(self) -> float:
         return min((d.options.lease_seconds for d in self.app.tasks.values()), default=30.0)
+
+    @property
+    def _busy(self) -> int:
+        """Slots taken: attempts whose handler still runs (an attempt writing its outcome
+        has given its slot back, so the next claim can share that write's commit)."""
+        return len(self._running) - self._finishing
 
     def _poke(self) -> None:
         self._wake.set()
@@ -198,7 +205,7 @@ class Worker:
 
     async def _claims(self, tg: anyio.abc.TaskGroup, names: list[str], store: Store) -> None:
         while not self._stopping:
-            free = self.concurrency - len(self._running)
+            free = self.concurrency - self._busy
             claimed: list[Task] = []
             if free > 0:
                 try:
@@ -219,7 +226,7 @@ class Worker:
                 attempt = _Attempt(task)
                 self._running[task.task_id] = attempt
                 tg.start_soon(self._run_attempt, attempt)
-            if claimed and len(self._running) < self.concurrency:
+            if claimed and self._busy < self.concurrency:
                 continue  # there may be more ready right now
             if self.stopping:
                 break
@@ -317,8 +324,7 @@ class Worker:
         outcome: tuple[str, JsonObject | None] = ("stopped", None)
         try:
             with attempt.scope:
-                steps = await store.steps(task.task_id)
-                ctx = TaskContext(store, task, steps=steps, worker=self.worker_id)
+                ctx = TaskContext(store, task, worker=self.worker_id)
                 deadline = anyio.CancelScope()
                 if options.deadline_seconds is not None:
                     deadline.deadline = anyio.current_time() + options.deadline_seconds
@@ -346,11 +352,21 @@ class Worker:
             if attempt.scope.cancelled_caught or attempt.stop_reason is not None:
                 outcome = ("stopped", None)
             with anyio.CancelScope(shield=True):
-                await self._finish(attempt, outcome)
+                await self._give_back(attempt, outcome)
         finally:
             if self._running.get(task.task_id) is attempt:
                 del self._running[task.task_id]
             self._poke()
+
+    async def _give_back(self, attempt: _Attempt, outcome: tuple[str, JsonObject | None]) -> None:
+        """Free the attempt's slot, then write its outcome. A claim woken by the freed slot
+        is queued before the outcome's write is flushed: both share one transaction."""
+        self._finishing += 1
+        self._poke()
+        try:
+            await self._finish(attempt, outcome)
+        finally:
+            self._finishing -= 1
 
     async def _finish(self, attempt: _Attempt, outcome: tuple[str, JsonObject | None]) -> None:
         task, (kind, payload) = attempt.task, outcome

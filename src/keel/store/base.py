@@ -210,6 +210,7 @@ class TxStore:
     def __init__(self, *, clock: Clock | None = None, limits: Limits | None = None) -> None:
         self._clock: Clock = clock or time.time
         self.limits = limits or Limits()
+        self._claims_full: set[tuple[str, ...]] = set()  # task names whose last claim filled up
 
     def _now(self) -> float:
         return self._clock()
@@ -395,9 +396,18 @@ class TxStore:
 
         # Idle workers poll: look first with a read, which never queues for the write lock,
         # and take the lock only when there is something to claim (the claim re-checks).
-        if not await self._run(lambda tx: tx.ready(wanted, self._now(), 1), write=False):
+        # After a claim that filled its batch there is likely more: skip the look then.
+        key = tuple(wanted)
+        if key not in self._claims_full and not await self._run(
+            lambda tx: tx.ready(wanted, self._now(), 1), write=False
+        ):
             return []
-        return await self._run(op, write=True)
+        claimed = await self._run(op, write=True)
+        if len(claimed) >= min(limit, MAX_CLAIM_BATCH):
+            self._claims_full.add(key)
+        else:
+            self._claims_full.discard(key)
+        return claimed
 
     async def renew(self, task_id: str, *, fence: int, lease_seconds: float) -> Task:
         lease = check_seconds(lease_seconds, "lease", allow_zero=False)
