@@ -612,7 +612,9 @@ def _keep_cited(
 
 
 def _when(minutes_before: float) -> str:
-    if minutes_before >= 0:
+    if abs(minutes_before) < 0.05:  # onsets are found to the minute
+        return "at the detected onset"
+    if minutes_before > 0:
         return f"{minutes_before:.1f} min before the onset"
     return f"{-minutes_before:.1f} min after the detected onset"
 
