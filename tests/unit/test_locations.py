@@ -212,3 +212,13 @@ def test_a_postgres_password_never_shows_in_descriptions():
     assert "s3cret" not in described
     assert described == "PostgreSQL postgresql://keel:***@db.example:5432/keel"
     assert "***" not in parse_location("postgresql://keel@db/keel").describe()
+
+
+def test_a_password_in_the_query_is_masked_too():
+    """libpq takes ?password= (and ?sslpassword=): masked in descriptions and errors."""
+    described = parse_location("postgresql://keel@db/keel?password=s3cret&schema=x").describe()
+    assert "s3cret" not in described
+    assert "password=***" in described
+    with pytest.raises(ConfigurationError) as info:
+        open_store("postgresql://keel@db/keel?sslpassword=s3cret&pool_max=x")
+    assert "s3cret" not in str(info.value)

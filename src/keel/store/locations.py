@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from keel.errors import ConfigurationError
 from keel.model import Limits
@@ -58,14 +58,22 @@ class Location:
         return f"PostgreSQL {redact(self.url)}"
 
 
+SECRET_PARAMETERS = frozenset({"password", "sslpassword"})
+"""Query parameters that carry secrets (libpq accepts ``?password=…``)."""
+
+
 def redact(url: str) -> str:
-    """The URL with any password replaced by ``***`` (for logs and messages)."""
+    """The URL with any password, in ``user:password@`` or in the query, replaced by
+    ``***`` (for logs and messages)."""
     parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)[1]
-    user = parts.username or ""
-    return parts._replace(netloc=f"{user}:***@{netloc}").geturl()
+    netloc = parts.netloc
+    if parts.password is not None:
+        netloc = f"{parts.username or ''}:***@{netloc.rsplit('@', 1)[1]}"
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    if any(key.lower() in SECRET_PARAMETERS for key, _ in query):
+        masked = [(k, "***" if k.lower() in SECRET_PARAMETERS else v) for k, v in query]
+        parts = parts._replace(query=urlencode(masked, safe="*"))
+    return parts._replace(netloc=netloc).geturl()
 
 
 def resolve_location(explicit: str | None = None) -> str:

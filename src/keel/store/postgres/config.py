@@ -87,12 +87,10 @@ def _number(options: dict[str, str], name: str, default: float, low: float, url:
 
 
 def _safe(url: str) -> str:
-    """The URL with any password masked."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
+    """The URL with any password masked (in ``user:password@`` or ``?password=``)."""
+    from keel.store.locations import redact
+
+    return redact(url)
 
 
 def parse_postgres_url(url: str) -> PostgresOptions:
