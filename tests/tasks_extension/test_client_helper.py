@@ -204,3 +204,22 @@ async def test_cancel_on_exit_cancels_the_task_when_the_call_is_abandoned(
 def test_poll_interval_bounds_are_checked() -> None:
     with pytest.raises(ValueError, match="poll_interval"):
         TasksClientExtension(min_poll_interval=2, max_poll_interval=1)
+
+
+async def test_a_failed_cancel_on_exit_does_not_replace_the_callers_cancellation(
+    app: Keel, server: MCPServer[Any]
+) -> None:
+    """The store behind the server fails while the caller abandons the call: tasks/cancel
+    answers an error, and what comes out of the call is still the cancellation."""
+    created = anyio.Event()
+    tasks = TasksClientExtension(
+        on_created=lambda _: created.set(), min_poll_interval=30, cancel_on_exit=True
+    )
+    async with Client(server, extensions=[tasks]) as client:
+        with anyio.fail_after(WAIT):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(client.call_tool, "forever", {})
+                await created.wait()
+                await app.store.close()  # every store call fails from here on
+                tg.cancel_scope.cancel()
+        assert tg.cancel_scope.cancelled_caught

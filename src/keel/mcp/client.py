@@ -21,6 +21,7 @@ task up again after the client restarts (``resume``). The functions ``get_task``
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal
@@ -232,7 +233,13 @@ class _Poller:
                 await anyio.sleep(interval)
         except anyio.get_cancelled_exc_class():
             if self.cancel_on_exit:
-                with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                # Best effort: the caller's cancellation, not a failed tasks/cancel, is
+                # what must come out of here.
+                with (
+                    anyio.CancelScope(shield=True),
+                    anyio.move_on_after(5),
+                    contextlib.suppress(Exception),
+                ):
                     await cancel_task(session, task_id)
             raise
 
