@@ -4,13 +4,14 @@ with a claim interval of an hour, only that wake-up can start them."""
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import anyio
 import pytest
 
 from keel.model import Status
 from keel.runtime import Keel, TaskContext
-from keel.store import Store
+from keel.store import MemoryStore, Store
 
 from .support import SERVICE, parks, running, settles, worker
 
@@ -74,4 +75,30 @@ async def test_a_submit_from_another_thread_wakes_the_worker_on_its_own_loop(
         thread.start()
         await anyio.to_thread.run_sync(thread.join)
         done = await settles(sqlite_store, submitted[0])
+    assert done.status is Status.COMPLETED
+
+
+class SlowClaims(MemoryStore):
+    """A memory store whose claims take a while (as a busy database's do)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.claiming = anyio.Event()
+
+    async def claim(self, *args: Any, **kwargs: Any) -> Any:
+        claimed = await super().claim(*args, **kwargs)
+        self.claiming.set()  # it has looked; its answer is on its way back
+        await anyio.sleep(0.2)
+        return claimed
+
+
+async def test_a_wake_up_during_a_claim_is_not_lost() -> None:
+    """A task submitted while an (empty) claim is in flight runs without waiting for the
+    claim interval (an hour here)."""
+    store = SlowClaims()
+    app = app_on(store)
+    async with running(worker(app, claim_interval=HOUR)):
+        await store.claiming.wait()  # the first claim is in flight
+        task = await app.submit("double", {"n": 4})
+        done = await settles(store, task.task_id)
     assert done.status is Status.COMPLETED

@@ -205,6 +205,9 @@ class Worker:
 
     async def _claims(self, tg: anyio.abc.TaskGroup, names: list[str], store: Store) -> None:
         while not self._stopping:
+            # A wake-up that comes while the claim below is in flight must not be lost:
+            # the event it sets is the one waited on afterwards.
+            wake = self._wake = anyio.Event()
             free = self.concurrency - self._busy
             claimed: list[Task] = []
             if free > 0:
@@ -230,9 +233,8 @@ class Worker:
                 continue  # there may be more ready right now
             if self.stopping:
                 break
-            self._wake = anyio.Event()
             with anyio.move_on_after(self.claim_interval):
-                await self._wake.wait()
+                await wake.wait()
 
     async def _release(self, task: Task, reason: str) -> None:
         try:
