@@ -23,7 +23,7 @@ def test_the_serve_layout_and_sources_come_from_the_same_variables() -> None:
         {
             "KEEL_DATA_DIR": "/srv/keel",
             "KEEL_BRIDGE_INCIDENTS": "/exports/incidents.json",
-            "KEEL_BRIDGE_TRACES": "/exports/otel-a /exports/otel-b",
+            "KEEL_BRIDGE_TRACES": "/exports/otel-a:/exports/otel-b",
             "KEEL_BRIDGE_DEPLOYS": "/exports/deploys.csv",
             "KEEL_BRIDGE_PACE": "fast",
         }

@@ -133,3 +133,44 @@ def test_a_port_in_use_is_one_line_before_anything_serves() -> None:
     assert result.exit_code == 1
     assert f"keel: error: cannot listen on 127.0.0.1:{port}" in result.output
     assert "choose one with --port" in result.output
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("store = 5", "[serve] store must be a string, not 5"),
+        ("incidents = 3", "[serve] incidents must be a string"),
+        ('port = "80"', "[serve] port must be an integer"),
+        ('verbose = "maybe"', "[serve] verbose must be true or false"),
+        ("traces = [1, 2]", "[serve] traces must be a path or a list of paths"),
+        ("pace = true", "[serve] pace must be a preset name or seconds"),
+    ],
+)
+def test_a_config_value_of_the_wrong_type_is_refused_naming_it(line: str, message: str) -> None:
+    Path("bad.toml").write_text(f"[serve]\n{line}\n")
+    result = check("--config", "bad.toml")
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert "Traceback" not in result.output
+
+
+def test_bridge_settings_from_the_environment_do_not_stop_another_app() -> None:
+    """The Bridge's variables, set for front ends and workers alike, are ignored by
+    --app conformance; only Bridge flags on the command line are refused."""
+    result = check(env={"KEEL_BRIDGE_PACE": "fast", "KEEL_BRIDGE_TRACES": "/nowhere"})
+    assert result.exit_code == 0, result.output
+    refused = check("--pace", "fast", "--deploys", __file__)
+    assert refused.exit_code == 2
+    assert "--pace, --deploys: Bridge settings, not for --app conformance" in refused.output
+
+
+def test_the_bridge_reads_the_environment_its_workers_read(tmp_path: Path) -> None:
+    """KEEL_BRIDGE_DATA places the Bridge's data for keel serve as for keel worker."""
+    result = CliRunner().invoke(
+        cli,
+        ["serve", "--check", "--pace", "fast"],
+        env={"KEEL_BRIDGE_DATA": str(tmp_path / "shared-bridge")},
+    )
+    assert result.exit_code == 0, result.output
+    assert f"bridge data:  {tmp_path / 'shared-bridge'}" in result.output
+    assert (tmp_path / "shared-bridge" / "incidents.json").exists()

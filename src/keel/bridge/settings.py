@@ -109,7 +109,8 @@ class BridgeSettings:
         """Settings from the environment ``keel serve`` reads too, so that one environment
         configures front ends and workers alike: ``$KEEL_BRIDGE_DATA`` (the data dir; else
         ``$KEEL_DATA_DIR/bridge``, as ``keel serve`` lays it out), ``$KEEL_BRIDGE_INCIDENTS``,
-        ``$KEEL_BRIDGE_TRACES`` (paths separated by whitespace), ``$KEEL_BRIDGE_DEPLOYS``,
+        ``$KEEL_BRIDGE_TRACES`` (paths separated by ``:``, as in ``$PATH`` and as
+        ``keel serve`` reads it), ``$KEEL_BRIDGE_DEPLOYS``,
         ``$KEEL_BRIDGE_PACE`` and ``$KEEL_BRIDGE_LEASE`` (seconds).
 
         Raises:
@@ -128,7 +129,7 @@ class BridgeSettings:
             raise ConfigurationError(f"${LEASE_ENV} must be seconds, not {lease!r}") from None
         incidents = env.get("KEEL_BRIDGE_INCIDENTS")
         deploys = env.get("KEEL_BRIDGE_DEPLOYS")
-        traces = env.get("KEEL_BRIDGE_TRACES", "").split()
+        traces = [t for t in env.get("KEEL_BRIDGE_TRACES", "").split(os.pathsep) if t]
         return cls(
             data_dir=Path(data),
             incidents=Path(incidents) if incidents else None,

@@ -15,6 +15,7 @@ option names with underscores::
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import socket
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from keel.cli.common import CliState, KeelCliError, data_dir_option, remember_store
 from keel.store import ENV_VAR, parse_location
@@ -67,6 +69,10 @@ def _read_config(ctx: click.Context, _param: click.Parameter, value: str | None)
             f"(known: {', '.join(sorted(CONFIG_KEYS))})",
             param_hint="--config",
         )
+    for key, setting in table.items():
+        problem = _type_problem(key, setting)
+        if problem:
+            raise click.BadParameter(f"{path}: [serve] {key} {problem}", param_hint="--config")
     defaults = dict(table)
     ctx.meta["keel.config_store"] = defaults.pop("store", None)
     ctx.meta["keel.config_path"] = str(path)
@@ -74,6 +80,29 @@ def _read_config(ctx: click.Context, _param: click.Parameter, value: str | None)
         defaults["traces"] = [defaults["traces"]]
     ctx.default_map = {**(ctx.default_map or {}), **defaults}
     return str(path)
+
+
+_STRINGS = frozenset({"app", "transport", "host", "data_dir", "store", "incidents", "deploys"})
+_NUMBERS = frozenset({"port", "concurrency"})
+_FLAGS = frozenset({"no_worker", "rate_limit_polls", "verbose"})
+
+
+def _type_problem(key: str, value: object) -> str | None:
+    """What is wrong with a TOML value's type for ``key`` (None: nothing)."""
+    if key in _STRINGS and not isinstance(value, str):
+        return f"must be a string, not {value!r}"
+    if key in _NUMBERS and (isinstance(value, bool) or not isinstance(value, int)):
+        return f"must be an integer, not {value!r}"
+    if key in _FLAGS and not isinstance(value, bool):
+        return f"must be true or false, not {value!r}"
+    if key == "pace" and (isinstance(value, bool) or not isinstance(value, str | int | float)):
+        return f"must be a preset name or seconds, not {value!r}"
+    if key == "traces" and not (
+        isinstance(value, str)
+        or (isinstance(value, list) and all(isinstance(v, str) for v in value))
+    ):
+        return f"must be a path or a list of paths, not {value!r}"
+    return None
 
 
 def _store_location(ctx: click.Context, data_dir: Path) -> str:
@@ -149,20 +178,20 @@ def _store_location(ctx: click.Context, data_dir: Path) -> str:
 )
 @click.option(
     "--incidents",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=click.Path(dir_okay=False, path_type=Path),
     envvar="KEEL_BRIDGE_INCIDENTS",
     help="Bridge: incidents JSON file (default: the sample dataset).",
 )
 @click.option(
     "--traces",
     multiple=True,
-    type=click.Path(exists=True, path_type=Path),
+    type=click.Path(path_type=Path),
     envvar="KEEL_BRIDGE_TRACES",
     help="Bridge: OTLP/JSON trace export file or folder (repeatable).",
 )
 @click.option(
     "--deploys",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=click.Path(dir_okay=False, path_type=Path),
     envvar="KEEL_BRIDGE_DEPLOYS",
     help="Bridge: deploy records, JSON or CSV.",
 )
@@ -230,8 +259,13 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
         )
         title = "Incident Bridge"
     else:
-        if pace or incidents or traces or deploys:
-            raise click.UsageError("--pace/--incidents/--traces/--deploys are Bridge settings")
+        given = [
+            f"--{name}"
+            for name in ("pace", "incidents", "traces", "deploys")
+            if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE
+        ]
+        if given:  # (from the environment or a shared config file they are ignored here)
+            raise click.UsageError(f"{', '.join(given)}: Bridge settings, not for --app {app_spec}")
         spec = BUILT_IN.get(app_spec, app_spec)
         if ":" not in spec:
             raise click.BadParameter(
@@ -310,9 +344,15 @@ def _bridge(
     from mcp.server import MCPServer
 
     from keel.bridge import BridgeSettings, add_tools, build_app, prepare
+    from keel.bridge.settings import DATA_ENV as BRIDGE_DATA_ENV
     from keel.mcp.server import TasksExtension, keel_lifespan
 
-    options: dict[str, Any] = {"data_dir": data_dir.absolute() / "bridge"}
+    # The same environment as `keel worker --app keel.bridge:app` reads (so that front
+    # ends and workers agree), then the flags and the config file on top.
+    base = BridgeSettings.from_env()
+    options: dict[str, Any] = {}
+    if not os.environ.get(BRIDGE_DATA_ENV):
+        options["data_dir"] = data_dir.absolute() / "bridge"
     if pace is not None:
         options["pace"] = pace
     if incidents is not None:
@@ -321,7 +361,7 @@ def _bridge(
         options["traces"] = traces
     if deploys is not None:
         options["deploys"] = deploys
-    settings = BridgeSettings(**options)
+    settings = dataclasses.replace(base, **options)
     messages: list[str] = []
     paths = prepare(settings, log=messages.append)
     app = build_app(settings, store=location)
