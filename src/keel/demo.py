@@ -41,6 +41,13 @@ STEP_WAIT = 120.0  # seconds any one step may take
 
 Echo = Callable[[str], None]
 
+_CALLER_SETTINGS = frozenset(
+    {
+        "KEEL_CONFIG", "KEEL_APP", "KEEL_TRANSPORT", "KEEL_HOST", "KEEL_PORT",
+        "KEEL_NO_WORKER", "KEEL_STORE", "KEEL_DATA_DIR",
+    }
+)  # fmt: skip
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -68,12 +75,21 @@ class _Server:
         return self.process.pid
 
     def start(self) -> None:
-        command = [sys.executable, "-m", "keel", "serve", "--port", str(self.port)]
+        command = [sys.executable, "-m", "keel", "serve", "--app", "bridge"]
+        command += ["--transport", "http", "--host", "127.0.0.1", "--port", str(self.port)]
         command += ["--data-dir", str(self.data_dir)]
         if self.store:
             command += ["--store", self.store]
+        # The demo's own settings only: no keel.toml (it runs in the data directory) and
+        # none of the serve settings of the caller's environment.
+        env = {k: v for k, v in os.environ.items() if k not in _CALLER_SETTINGS}
         self.process = subprocess.Popen(  # noqa: S603 - our own interpreter and arguments
-            command, stdout=self.log, stderr=self.log, stdin=subprocess.DEVNULL
+            command,
+            stdout=self.log,
+            stderr=self.log,
+            stdin=subprocess.DEVNULL,
+            cwd=self.data_dir,
+            env=env,
         )
 
     async def ready(self) -> None:
@@ -234,6 +250,13 @@ def _one_line(value: Any) -> str:
     return json.dumps(value) if not isinstance(value, str) else value
 
 
+def _leaf_messages(exc: BaseException) -> str:
+    """The messages of an exception, or of the exceptions grouped in it."""
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_leaf_messages(inner) for inner in exc.exceptions)
+    return f"{type(exc).__name__}: {exc}"
+
+
 def run_demo(data_dir: Path, store: str | None, echo: Echo) -> dict[str, Any]:
     """Play the incident; return the completed task (``tasks/get`` shape).
 
@@ -245,6 +268,7 @@ def run_demo(data_dir: Path, store: str | None, echo: Echo) -> dict[str, Any]:
         raise ConfigurationError(
             "keel demo restarts the server: it needs a store that survives (not memory://)"
         )
+    data_dir = data_dir.absolute()
     data_dir.mkdir(parents=True, exist_ok=True)
     log_path = data_dir / "demo-serve.log"
     echo("keel demo: the seed's incident, over MCP, against a real keel serve")
@@ -253,11 +277,19 @@ def run_demo(data_dir: Path, store: str | None, echo: Echo) -> dict[str, Any]:
         demo = _Demo(server, echo)
         try:
             done = anyio.run(demo.run)
+        except KeelError:
+            raise
+        except Exception as exc:  # the client's errors (MCP, HTTP), often in a group
+            raise KeelError(f"the demo failed: {_leaf_messages(exc)}; see {log_path}") from exc
         finally:
             server.stop()
     _render(echo, done)
     echo("")
-    echo(f"keel tasks show {done['taskId']}   (the task and its history; server log: {log_path})")
+    used = store or str(data_dir / "keel.db")
+    default = str(Path("keel-data", "keel.db").absolute())
+    where = "" if used == default else f"--store {used} "
+    echo(f"keel {where}tasks show {done['taskId']}   (the task and its history)")
+    echo(f"server log: {log_path}")
     return done
 
 

@@ -39,13 +39,18 @@ MOMENTS = [
 
 
 def test_keel_demo_plays_the_incident_and_ends_with_the_injected_cause(tmp_path: Path) -> None:
+    """Whatever serve settings the caller has (a keel.toml here, serve variables in the
+    environment), the demo runs its own Bridge over HTTP on a store that survives."""
+    (tmp_path / "keel.toml").write_text('[serve]\nstore = "memory://"\napp = "conformance"\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_")}
+    env |= {"KEEL_TRANSPORT": "stdio", "KEEL_APP": "conformance", "KEEL_NO_WORKER": "1"}
     result = subprocess.run(
         [str(KEEL), "demo", "--data-dir", str(tmp_path / "data")],
         cwd=tmp_path,
         capture_output=True,
         text=True,
         timeout=120,
-        env={k: v for k, v in os.environ.items() if not k.startswith("KEEL_")},
+        env=env,
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
@@ -79,7 +84,7 @@ def test_keel_demo_plays_the_incident_and_ends_with_the_injected_cause(tmp_path:
 
     # One task, in the store the server used: completed with that answer, and its
     # history shows the wait, the answer and the end.
-    task_id = re.search(r"^keel tasks show (\S+)", out, re.MULTILINE)
+    task_id = re.search(r"^keel (?:--store \S+ )?tasks show (\S+)", out, re.MULTILINE)
     assert task_id is not None
 
     async def read() -> None:
