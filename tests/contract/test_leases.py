@@ -334,8 +334,12 @@ async def test_recover_expired_dead_letters_after_the_last_attempt(store, clock)
     assert got.error is not None
     assert got.error["code"] == INTERNAL_ERROR
     assert got.error["message"].startswith("dead letter after 1 attempt(s)")
-    assert "expired" in got.error["message"]
-    assert "no attempts left" in (await store.history(lease.task_id))[-1].reason
+    assert "stopped renewing its lease" in got.error["message"]
+    assert lease.lease_owner is not None
+    assert lease.lease_owner not in got.error["message"]  # clients see no worker id...
+    last = (await store.history(lease.task_id))[-1].reason
+    assert "no attempts left" in last
+    assert f"lease of {lease.lease_owner} expired" in last  # ...operators do
 
 
 async def test_recover_expired_twice_changes_nothing_the_second_time(store, clock):

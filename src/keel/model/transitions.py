@@ -648,12 +648,17 @@ def recover(task: Task, now: float) -> Change:
     expires = task.lease_expires_at
     if task.status is not W or task.lease_owner is None or expires is None or expires >= now:
         raise InvalidTransition(f"task {task.task_id} holds no expired lease", task)
-    message = (
+    why = (
         f"lease of {task.lease_owner} expired {now - expires:.1f}s ago on attempt "
         f"{task.attempt}/{task.max_attempts}"
     )
+    # The history names the worker (host and pid) for operators; the error, which
+    # clients see, does not.
+    message = (
+        f"the worker running attempt {task.attempt}/{task.max_attempts} stopped renewing its lease"
+    )
     error = {"code": INTERNAL_ERROR, "message": message}
-    return _end_attempt(task, now, error, message, actor="recovery", delay=0.0, fence=None)
+    return _end_attempt(task, now, error, why, actor="recovery", delay=0.0, fence=None)
 
 
 FAILURE_MESSAGE_CHARS = 500
