@@ -463,20 +463,18 @@ def median_row(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each Keel variant over FastMCP, per C."""
+    """Keel over FastMCP, per C."""
     out = []
     by = {(r["server"], r["clients"]): r for r in rows}
     for c in sorted({r["clients"] for r in rows}):
-        fast = by.get(("fastmcp", c))
-        for variant in ("keel",):
-            keel = by.get((variant, c))
-            if keel is None or fast is None:
-                continue
-            ratio: dict[str, Any] = {"clients": c, "server": variant}
-            for key in RATIO_KEYS:
-                a, b = keel[key], fast[key]
-                ratio[key] = round(a / b, 2) if a is not None and b else None
-            out.append(ratio)
+        fast, keel = by.get(("fastmcp", c)), by.get(("keel", c))
+        if keel is None or fast is None:
+            continue
+        ratio: dict[str, Any] = {"clients": c, "server": "keel"}
+        for key in RATIO_KEYS:
+            a, b = keel[key], fast[key]
+            ratio[key] = round(a / b, 2) if a is not None and b else None
+        out.append(ratio)
     return out
 
 

@@ -26,6 +26,7 @@ __all__ = [
     "remember_store",
     "run_with_store",
     "store_option",
+    "store_option_helped",
     "warn",
 ]
 
@@ -73,6 +74,11 @@ def store_option(fn: F) -> F:
     ``$KEEL_STORE`` is read by :func:`keel.store.resolve_location`, not by click, so that a
     ``--store`` given on the root group is not overridden by the environment.
     """
+    return store_option_helped(STORE_HELP)(fn)
+
+
+def store_option_helped(help_text: str) -> Callable[[F], F]:
+    """:func:`store_option` with a command's own help text (where its default differs)."""
     return click.option(
         "--store",
         metavar="URL",
@@ -80,8 +86,8 @@ def store_option(fn: F) -> F:
         expose_value=False,
         is_eager=True,
         callback=remember_store,
-        help=STORE_HELP,
-    )(fn)
+        help=help_text,
+    )
 
 
 def data_dir_option(help_text: str) -> Callable[[F], F]:

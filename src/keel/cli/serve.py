@@ -27,8 +27,8 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from keel.cli.common import CliState, KeelCliError, data_dir_option, remember_store
-from keel.store import ENV_VAR, parse_location
+from keel.cli.common import CliState, KeelCliError, data_dir_option, store_option_helped
+from keel.store import ENV_VAR, Location, parse_location
 
 __all__ = ["CONFIG_KEYS", "serve"]
 
@@ -105,7 +105,7 @@ def _type_problem(key: str, value: object) -> str | None:
     return None
 
 
-def _store_location(ctx: click.Context, data_dir: Path) -> str:
+def _store_location(ctx: click.Context, data_dir: Path) -> Location:
     """--store (here or on ``keel``), then $KEEL_STORE, then the config file, then the
     data directory's keel.db."""
     state = ctx.find_object(CliState)
@@ -115,8 +115,7 @@ def _store_location(ctx: click.Context, data_dir: Path) -> str:
         or ctx.meta.get("keel.config_store")
         or str(data_dir.absolute() / "keel.db")
     )
-    parse_location(chosen)  # a bad location fails here, with its own message
-    return str(chosen)
+    return parse_location(chosen)  # a bad location fails here, with its own message
 
 
 @click.command(short_help="Serve Incident Bridge (or an app) over MCP: HTTP /mcp or stdio.")
@@ -150,14 +149,8 @@ def _store_location(ctx: click.Context, data_dir: Path) -> str:
     "--port", default=8000, show_default=True, type=click.IntRange(0, 65535), envvar="KEEL_PORT"
 )
 @data_dir_option("Where the store (keel.db) and the Bridge's data and index live.")
-@click.option(
-    "--store",
-    metavar="URL",
-    default=None,
-    expose_value=False,
-    is_eager=True,
-    callback=remember_store,
-    help=f"Store location. Default: ${ENV_VAR}, then the config file, then DATA_DIR/keel.db.",
+@store_option_helped(
+    f"Store location. Default: ${ENV_VAR}, then the config file, then DATA_DIR/keel.db."
 )
 @click.option(
     "--no-worker", is_flag=True, envvar="KEEL_NO_WORKER", help="Front end only: run no workers."
@@ -240,14 +233,14 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
     started = time.monotonic()
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING)
     location = _store_location(ctx, data_dir)
-    if parse_location(location).kind == "memory" and no_worker:
+    if location.kind == "memory" and no_worker:
         raise KeelCliError("--no-worker with memory:// could never run a task")
     lines: list[str] = []
     server: MCPServer[Any]
     app: Keel
     if app_spec == "bridge":
         app, server, lines = _bridge(
-            location,
+            location.url,
             data_dir,
             pace=pace,
             incidents=incidents,
@@ -272,7 +265,7 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
                 f"must be bridge, conformance or MODULE:ATTR, not {app_spec!r}", param_hint="--app"
             )
         app = load_app(spec)
-        app.use_store(location)
+        app.use_store(location.url)
         if app_spec == "conformance":
             from keel.conformance import build_server
 
@@ -291,7 +284,7 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
     config = ctx.meta.get("keel.config_path")
     for line in [
         f"keel serve: {title} at {endpoint}",
-        f"  store:   {parse_location(location).describe()}",
+        f"  store:   {location.describe()}",
         *lines,
         f"  workers: {'none (front end only)' if no_worker else concurrency}",
         f"  polls:   {'rate-limited' if rate_limit_polls else 'not rate-limited'}",

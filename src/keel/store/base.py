@@ -373,16 +373,26 @@ class TxStore:
 
         return await self._run(op, write=True)
 
-    async def claim(
-        self, names: Collection[str], *, worker: str, lease_seconds: float, limit: int = 1
-    ) -> Sequence[Task]:
+    def _claim_request(
+        self, names: Collection[str], worker: str, lease_seconds: float
+    ) -> tuple[tuple[str, ...], float]:
+        """A claim's arguments checked: the task names, sorted, and the lease.
+
+        Raises:
+            InvalidPayload: names given as one string, a bad worker id or lease.
+        """
         if isinstance(names, str):
             raise InvalidPayload(
                 f"names must be a collection of task names, not the string {names!r}"
             )
         check_key(worker, "worker id", self.limits)
         lease = check_seconds(lease_seconds, "lease", allow_zero=False)
-        wanted = sorted(set(names))
+        return tuple(sorted(set(names))), lease
+
+    async def claim(
+        self, names: Collection[str], *, worker: str, lease_seconds: float, limit: int = 1
+    ) -> Sequence[Task]:
+        wanted, lease = self._claim_request(names, worker, lease_seconds)
         if not wanted or limit < 1:
             return []
 
@@ -397,16 +407,15 @@ class TxStore:
         # Idle workers poll: look first with a read, which never queues for the write lock,
         # and take the lock only when there is something to claim (the claim re-checks).
         # After a claim that filled its batch there is likely more: skip the look then.
-        key = tuple(wanted)
-        if key not in self._claims_full and not await self._run(
+        if wanted not in self._claims_full and not await self._run(
             lambda tx: tx.ready(wanted, self._now(), 1), write=False
         ):
             return []
         claimed = await self._run(op, write=True)
         if len(claimed) >= min(limit, MAX_CLAIM_BATCH):
-            self._claims_full.add(key)
+            self._claims_full.add(wanted)
         else:
-            self._claims_full.discard(key)
+            self._claims_full.discard(wanted)
         return claimed
 
     async def renew(self, task_id: str, *, fence: int, lease_seconds: float) -> Task:

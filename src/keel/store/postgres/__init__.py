@@ -40,9 +40,8 @@ import anyio.to_thread
 import psycopg
 import psycopg_pool
 
-from keel.errors import ConfigurationError, InvalidPayload, StoreError
+from keel.errors import ConfigurationError, StoreError
 from keel.model import Limits, Task
-from keel.model.validation import check_key, check_seconds
 from keel.store.base import MAX_CLAIM_BATCH, TxStore
 from keel.store.postgres.config import PostgresOptions, parse_postgres_url
 from keel.store.postgres.faults import backoff, connection_lost, describe, is_transient
@@ -479,13 +478,7 @@ class PostgresStore(TxStore):
     async def claim(
         self, names: Collection[str], *, worker: str, lease_seconds: float, limit: int = 1
     ) -> Sequence[Task]:
-        if isinstance(names, str):
-            raise InvalidPayload(
-                f"names must be a collection of task names, not the string {names!r}"
-            )
-        check_key(worker, "worker id", self.limits)
-        lease = check_seconds(lease_seconds, "lease", allow_zero=False)
-        wanted = sorted(set(names))
+        wanted, lease = self._claim_request(names, worker, lease_seconds)
         if not wanted or limit < 1:
             return []
         count = min(limit, MAX_CLAIM_BATCH)

@@ -32,6 +32,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from keel.errors import ConfigurationError
+from keel.store.locations import redact
 
 __all__ = ["PostgresOptions", "parse_postgres_url"]
 
@@ -82,15 +83,8 @@ def _number(options: dict[str, str], name: str, default: float, low: float, url:
     except ValueError:
         value = float("nan")
     if not value >= low:  # also refuses nan
-        raise ConfigurationError(f"{name} must be a number >= {low:g} in {_safe(url)!r}")
+        raise ConfigurationError(f"{name} must be a number >= {low:g} in {redact(url)!r}")
     return value
-
-
-def _safe(url: str) -> str:
-    """The URL with any password masked (in ``user:password@`` or ``?password=``)."""
-    from keel.store.locations import redact
-
-    return redact(url)
 
 
 def parse_postgres_url(url: str) -> PostgresOptions:
@@ -102,7 +96,7 @@ def parse_postgres_url(url: str) -> PostgresOptions:
     """
     parts = urlsplit(url.strip())
     if parts.scheme.lower() not in {"postgresql", "postgres"}:
-        raise ConfigurationError(f"{_safe(url)!r} is not a postgresql:// URL")
+        raise ConfigurationError(f"{redact(url)!r} is not a postgresql:// URL")
     query = parse_qsl(parts.query, keep_blank_values=True)
     keel = {k: v for k, v in query if k in _KEEL_OPTIONS}
     libpq = [(k, v) for k, v in query if k not in _KEEL_OPTIONS]
@@ -127,7 +121,7 @@ def parse_postgres_url(url: str) -> PostgresOptions:
     try:
         params = conninfo_to_dict(stripped)
     except psycopg.ProgrammingError as exc:
-        raise ConfigurationError(f"bad PostgreSQL URL {_safe(url)!r}: {exc}") from None
+        raise ConfigurationError(f"bad PostgreSQL URL {redact(url)!r}: {exc}") from None
     extra: dict[str, object] = {}
     if "connect_timeout" not in params:
         extra["connect_timeout"] = DEFAULT_CONNECT_TIMEOUT
@@ -138,7 +132,7 @@ def parse_postgres_url(url: str) -> PostgresOptions:
     try:
         conninfo = make_conninfo(stripped, **extra)  # type: ignore[arg-type]
     except psycopg.ProgrammingError as exc:
-        raise ConfigurationError(f"bad PostgreSQL URL {_safe(url)!r}: {exc}") from None
+        raise ConfigurationError(f"bad PostgreSQL URL {redact(url)!r}: {exc}") from None
     return PostgresOptions(
         url=url,
         conninfo=conninfo,
