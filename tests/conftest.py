@@ -46,6 +46,14 @@ def _open_sqlite(where: Path, clock: FakeClock, limits: Limits | None) -> Store:
     return SqliteStore(where / "keel.db", clock=clock, limits=limits)
 
 
+def _open_sqlite_planned(where: Path, clock: FakeClock, limits: Limits | None) -> Store:
+    # Every group of writes planned against a snapshot first, as when other processes
+    # write the same file (see keel.store.sqlite._Plan).
+    store = SqliteStore(where / "keel.db", clock=clock, limits=limits)
+    store._always_plan = True  # the adapter's switch for tests
+    return store
+
+
 def _open_postgres(where: Path, clock: FakeClock, limits: Limits | None) -> Store:
     # A schema of its own per data folder: the same folder reopens the same data.
     from keel.store import PostgresStore
@@ -61,6 +69,7 @@ def _drop_postgres(where: Path) -> None:
 ADAPTERS: dict[str, Adapter] = {
     "memory": Adapter("memory", _open_memory, durable=False),
     "sqlite": Adapter("sqlite", _open_sqlite, durable=True),
+    "sqlite-planned": Adapter("sqlite-planned", _open_sqlite_planned, durable=True),
     "postgres": Adapter(
         "postgres",
         _open_postgres,

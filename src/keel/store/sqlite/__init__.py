@@ -32,7 +32,13 @@ import anyio.to_thread
 
 from keel.errors import ConfigurationError, StoreError
 from keel.model import Event, JsonValue, Limits, Status, Task
-from keel.store.base import TxStore, event_from_row, task_from_row, task_to_row
+from keel.store.base import (
+    MAX_CLAIM_BATCH,
+    TxStore,
+    event_from_row,
+    task_from_row,
+    task_to_row,
+)
 from keel.store.protocol import Clock
 from keel.store.sqlfiles import load_migrations, load_queries
 
@@ -45,6 +51,13 @@ _MIGRATIONS = load_migrations(f"{__name__}.migrations")
 SCHEMA_VERSION = _MIGRATIONS[-1].version
 """The schema version this Keel writes and reads."""
 
+CLAIM_SPARE = 1
+"""A planned claim reads this many times more ready tasks than it wants: spares for the
+ones another process claims between the plan and the write lock (see _Part.claims), once
+a planned claim has lost a task to another process within the last CLAIMS_CONTENDED."""
+CLAIMS_CONTENDED = 32
+OTHERS_WINDOW = 128
+"""Groups planned after another process's commit was last seen (see _make_plan)."""
 DEFAULT_BUSY_TIMEOUT = 30.0  # seconds a writer waits for another process's lock
 CACHE_KIB = 64 * 1024  # page cache per connection, KiB
 WAL_LIMIT_BYTES = 64 * 1024 * 1024  # a WAL larger than this is truncated after checkpoints
@@ -115,8 +128,8 @@ class _SqliteTx:
         self.wrote = True
         self._c.execute(_Q["insert_task"], task_to_row(task))
 
-    def update(self, old: Task, new: Task) -> None:
-        self.wrote = True
+    def _update_statement(self, old: Task, new: Task) -> tuple[str, dict[str, Any]] | None:
+        """The conditional UPDATE that turns ``old`` into ``new``: changed columns only."""
         read = self._read.get(old.task_id)
         previous = read if read and read[0] is old else None
         row = task_to_row(new, mutable_only=True, previous=previous)
@@ -125,9 +138,14 @@ class _SqliteTx:
             row = {k: v for k, v in row.items() if v != stored[k] or type(v) is not type(stored[k])}
         columns = tuple(row)
         if not columns:
-            return
+            return None
         row.update(task_id=old.task_id, old_status=old.status.value, old_fence=old.fence)
-        if self._c.execute(_update_sql(columns), row).rowcount != 1:
+        return _update_sql(columns), row
+
+    def update(self, old: Task, new: Task) -> None:
+        self.wrote = True
+        statement = self._update_statement(old, new)
+        if statement is not None and self._c.execute(*statement).rowcount != 1:
             # Cannot happen under BEGIN IMMEDIATE; if it does, refuse rather than guess.
             raise StoreError(f"task {old.task_id} changed under a write; nothing was written")
 
@@ -215,6 +233,183 @@ def _update_sql(columns: tuple[str, ...]) -> str:
     return _Q["update_task"].replace("{assignments}", assignments)
 
 
+class _Unplannable(Exception):
+    """Raised by a :class:`_PlanTx` primitive when a write cannot be planned."""
+
+
+_Statement = tuple[str, dict[str, Any], bool, str]
+"""A planned write: SQL, parameters, whether it must change exactly one row, its task."""
+
+
+class _Claimed:
+    """One task of a planned claim: its row as read, and what claiming it writes."""
+
+    __slots__ = ("events", "guard", "statements", "task")
+
+    def __init__(self, guard: tuple[Any, ...], task: Task) -> None:
+        self.guard = guard
+        self.task = task
+        self.statements: list[_Statement] = []
+        self.events: list[_EventRow] = []
+
+
+class _Part:
+    """Planned writes of a group: what they read, and what they would write and return."""
+
+    __slots__ = ("claims", "events", "guards", "limit", "outcomes", "statements")
+
+    def __init__(self) -> None:
+        self.guards: dict[str, tuple[Any, ...] | None] = {}
+        """task id -> its row as the plan read it (None: it did not exist)."""
+        self.statements: list[_Statement] = []
+        self.events: list[_EventRow] = []
+        self.outcomes: dict[int, _Outcome] = {}
+        """Position in the group -> what that write returns or raises."""
+        self.claims: list[_Claimed] | None = None
+        """A claim, task by task, in order: under the lock, the first ``limit`` whose rows
+        are unchanged are claimed, so a claim that lost some tasks to another process
+        takes the next ones (under contention, the plan read ``CLAIM_SPARE`` times more
+        than it needs)."""
+        self.limit = 0
+
+
+class _Plan:
+    """A group of writes worked out from a snapshot, before the write lock is taken.
+
+    SQLite admits one writer at a time, so whatever a writer computes while it holds the
+    lock (loading rows, applying the transition rules, encoding JSON) is time every other
+    process waits. A plan does that work against a read snapshot, which takes no lock,
+    and keeps what it would write. Under the lock, :meth:`SqliteStore._batch_locked`
+    checks that every row the plan read is still exactly as it was (one ``SELECT``) and
+    then only executes the recorded statements. If a row changed (another process wrote
+    it in between), the plan is not used and the writes run as they would without one.
+
+    ``first`` holds the writes that name their tasks (create, complete, cancel …).
+    Claims, which pick their tasks by a condition, come ``later``, each planned on its own
+    and checked on its own: two processes claiming at once often want the same tasks, and
+    a claim that lost them must not undo the rest of the group. A claim whose plan fails
+    runs under the lock; so does every other write that scans (expired leases, purges).
+    The writes of one group are all in flight together, so any order among them is valid.
+    """
+
+    __slots__ = ("first", "keys", "later", "tasks")
+
+    def __init__(self) -> None:
+        self.first = _Part()
+        self.later: list[tuple[int, _Part | None]] = []
+        """(position in the group, its own plan or None to run it under the lock)."""
+        self.keys: dict[tuple[str, str], str | None] = {}
+        """(owner, idempotency key) -> the task id bound to it, as read or inserted."""
+        self.tasks: dict[str, Task] = {}
+        """Tasks the plan inserts or updates, as they will be: later writes read these."""
+
+
+class _PlanTx(_SqliteTx):
+    """A :class:`_SqliteTx` that reads a snapshot and records its writes in a plan."""
+
+    def __init__(
+        self, conn: sqlite3.Connection, plan: _Plan, part: _Part, *, scans: bool, spare: bool
+    ) -> None:
+        super().__init__(conn)
+        self.plan = plan
+        self.part = part
+        self.scans = scans  # False: a claim is deferred to the plan's later parts
+        self.spare = spare  # read spare ready tasks (other processes have been claiming)
+        self.statements: list[_Statement] = []
+        self.scanned: tuple[int, list[str]] | None = None
+        """A claim's limit and the ids of the ready tasks it read, in order."""
+
+    def _guarded(self, row: Any, task_id: str) -> Task | None:
+        self.part.guards.setdefault(task_id, None if row is None else tuple(row))
+        if row is None:
+            return None
+        task = task_from_row(row)
+        self._read[task_id] = (task, row)
+        return task
+
+    def load(self, task_id: str) -> Task | None:
+        if task_id in self.plan.tasks:  # written earlier in this group
+            return self.plan.tasks[task_id]
+        row = self._c.execute(_Q["get_task"], {"task_id": task_id}).fetchone()
+        return self._guarded(row, task_id)
+
+    def load_by_key(self, owner: str, key: str) -> Task | None:
+        if (owner, key) in self.plan.keys:
+            bound = self.plan.keys[owner, key]
+            return None if bound is None else self.load(bound)
+        row = self._c.execute(
+            _Q["get_task_by_key"], {"owner": owner, "idempotency_key": key}
+        ).fetchone()
+        # Not bound yet: should another process bind it before the plan runs, the unique
+        # index refuses the plan's insert and the group runs without the plan.
+        self.plan.keys[owner, key] = None if row is None else row["task_id"]
+        return None if row is None else self._guarded(row, row["task_id"])
+
+    def ready(self, names: Collection[str], now: float, limit: int) -> list[Task]:
+        if not self.scans or self.scanned is not None:
+            raise _Unplannable
+        wanted = limit + min(limit * CLAIM_SPARE, MAX_CLAIM_BATCH) if self.spare else limit
+        rows = self._c.execute(
+            _Q["ready_tasks"], {"names": json.dumps(list(names)), "now": now, "limit": wanted}
+        ).fetchall()
+        if any(r["task_id"] in self.plan.tasks for r in rows):
+            raise _Unplannable  # a task this group already changed: claim under the lock
+        self.scanned = (limit, [r["task_id"] for r in rows])
+        return [t for r in rows if (t := self._guarded(r, r["task_id"])) is not None]
+
+    def insert(self, task: Task) -> None:
+        self.wrote = True
+        self.statements.append((_Q["insert_task"], task_to_row(task), False, task.task_id))
+        self.plan.tasks[task.task_id] = task
+        if task.idempotency_key is not None:
+            self.plan.keys[task.owner, task.idempotency_key] = task.task_id
+
+    def update(self, old: Task, new: Task) -> None:
+        self.wrote = True
+        statement = self._update_statement(old, new)
+        if statement is not None:
+            self.statements.append((*statement, True, old.task_id))
+        self.plan.tasks[old.task_id] = new
+
+    def put_step(self, task_id: str, step: str, value_json: str, at: float) -> None:
+        self.wrote = True
+        params = {"task_id": task_id, "name": step, "value": value_json, "created_at": at}
+        self.statements.append((_Q["put_step"], params, False, task_id))
+
+    def _unplannable(self, *_: Any, **__: Any) -> Any:
+        raise _Unplannable
+
+    expired = stale = purgeable = delete = _unplannable
+    get_steps = events = status_of = page = _unplannable
+
+
+def _by_task(
+    ids: list[str],
+    value: Any,
+    statements: list[_Statement],
+    events: list[_EventRow],
+    guards: dict[str, tuple[Any, ...] | None],
+) -> list[_Claimed] | None:
+    """A planned claim split task by task, or None if it does not split that way (it
+    returned something other than the tasks it read, or wrote to another task)."""
+    if not isinstance(value, list) or not all(isinstance(t, Task) for t in value):
+        return None
+    returned = [t.task_id for t in value]
+    chosen = set(returned)
+    if [i for i in ids if i in chosen] != returned:  # some of the tasks read, in order
+        return None
+    claimed = {t.task_id: _Claimed(guards[t.task_id] or (), t) for t in value}
+    for statement in statements:
+        if statement[3] not in claimed:
+            return None
+        claimed[statement[3]].statements.append(statement)
+    for event in events:
+        if event[0] not in claimed:
+            return None
+        claimed[event[0]].events.append(event)
+    return list(claimed.values())
+
+
 _JITTER = random.Random()  # noqa: S311 - spreads lock polls; nothing secret about it
 
 
@@ -278,6 +473,10 @@ class SqliteStore(TxStore):
         self._flush_scheduled = False
         self._flushing = False
         self._inflight: set[asyncio.Future[Any]] = set()
+        self._claims_contended = 0  # planned claims left that read spares (see _Part.claims)
+        self._data_version = -1  # PRAGMA data_version when last read (see _others_write)
+        self._plan_groups = 0  # groups left to plan since another writer was seen
+        self._always_plan = False  # the tests' switch: plan every group (see _make_plan)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._conn = sqlite3.connect(
@@ -290,6 +489,7 @@ class SqliteStore(TxStore):
             self._configure(busy_timeout)
             self._migrate()
             self._conn.execute("PRAGMA busy_timeout = 0")
+            self._others_write()  # from now on, a change of data_version is another writer
         except sqlite3.Error as exc:
             self._conn.close()
             raise StoreError(_describe(exc, str(self.path))) from exc
@@ -409,30 +609,171 @@ class SqliteStore(TxStore):
         except sqlite3.Error as exc:
             raise StoreError(_describe(exc, str(self.path))) from exc
 
-    def _batch_locked(self, batch: Sequence[_Op], *, begun: bool) -> list[_Outcome]:
+    def _others_write(self) -> bool:
+        """Whether another connection committed within this store's last
+        ``OTHERS_WINDOW`` groups."""
+        version = self._conn.execute("PRAGMA data_version").fetchone()[0]
+        if version != self._data_version:
+            self._plan_groups = 0 if self._data_version < 0 else OTHERS_WINDOW
+            self._data_version = version
+        elif self._plan_groups:
+            self._plan_groups -= 1
+        return self._plan_groups > 0
+
+    def _make_plan(self, batch: Sequence[_Op]) -> _Plan | None:
+        """Work a group out against a read snapshot, without the write lock (see
+        :class:`_Plan`); None if there is nothing to plan or the plan cannot be made.
+
+        A plan only pays when other processes wait for the lock: once no other process
+        has written during ``OTHERS_WINDOW`` groups, groups run under the lock without one.
+        """
+        try:
+            if not self._others_write() and not self._always_plan:
+                return None
+        except sqlite3.Error:
+            return None
+        plan = _Plan()
+        try:
+            self._begin(False)
+            try:
+                for i in range(len(batch)):
+                    if not self._plan_one(batch[i][0], i, plan, plan.first, scans=False):
+                        plan.later.append((i, None))
+                for n, (i, _) in enumerate(plan.later):
+                    part = _Part()
+                    if self._plan_one(batch[i][0], i, plan, part, scans=True):
+                        plan.later[n] = (i, part)
+            finally:
+                self._rollback()  # a read transaction has nothing to commit
+        except (sqlite3.Error, _Unplannable):
+            return None
+        if not plan.first.outcomes and all(part is None for _, part in plan.later):
+            return None
+        return plan
+
+    def _plan_one(
+        self, fn: Callable[[Any], Any], i: int, plan: _Plan, part: _Part, *, scans: bool
+    ) -> bool:
+        """Plan write ``i`` into ``part``; False if it must run under the lock instead.
+
+        Raises:
+            _Unplannable: it failed half way; the group runs without a plan.
+        """
+        tx = _PlanTx(self._conn, plan, part, scans=scans, spare=self._claims_contended > 0)
+        try:
+            value = fn(tx)
+        except _Unplannable:
+            if tx.wrote:  # pragma: no cover - the primitives that scan come first
+                raise
+            return False
+        except sqlite3.Error:
+            raise _Unplannable from None
+        except Exception as exc:
+            if tx.wrote:  # failed after writing: leave it to the write path
+                raise _Unplannable from None
+            part.outcomes[i] = (False, exc)  # refused: nothing to write
+            return True
+        part.outcomes[i] = (True, value)
+        if tx.scanned is not None:
+            limit, ids = tx.scanned
+            part.claims = _by_task(ids, value, tx.statements, tx.events_out, part.guards)
+            part.limit = limit
+        part.statements.extend(tx.statements)
+        part.events.extend(tx.events_out)
+        return True
+
+    def _part_holds(self, part: _Part) -> bool:
+        """Under the write lock: execute the part's statements if every row it read is
+        unchanged; False (and nothing written) if another process wrote one meanwhile."""
+        c = self._conn
+        if part.guards:
+            ids = json.dumps(list(part.guards))
+            now = {r["task_id"]: tuple(r) for r in c.execute(_Q["get_tasks"], {"task_ids": ids})}
+            if part.claims is not None:
+                return self._claims_hold(part, now)
+            if any(now.get(task_id) != row for task_id, row in part.guards.items()):
+                return False
+        return self._execute(part.statements)
+
+    def _claims_hold(self, part: _Part, now: dict[str, tuple[Any, ...]]) -> bool:
+        """Claim the first tasks of a planned claim that nobody changed meanwhile."""
+        assert part.claims is not None
+        if any(now.get(c.task.task_id) != c.guard for c in part.claims[: part.limit]):
+            # Another process claims from the same tasks: read spares for a while.
+            self._claims_contended = CLAIMS_CONTENDED
+        elif self._claims_contended:
+            self._claims_contended -= 1
+        chosen = [c for c in part.claims if now.get(c.task.task_id) == c.guard][: part.limit]
+        if not chosen:
+            return False  # all taken: claim under the lock, which may find others
+        if not self._execute([s for c in chosen for s in c.statements]):
+            return False  # pragma: no cover - the guards make it impossible
+        ((i, _),) = part.outcomes.items()
+        part.outcomes[i] = (True, [c.task for c in chosen])
+        part.events = [e for c in chosen for e in c.events]
+        return True
+
+    def _execute(self, statements: Sequence[_Statement]) -> bool:
+        """Execute planned statements; False, with nothing written, if one is refused."""
+        if not statements:
+            return True
+        c = self._conn
+        c.execute("SAVEPOINT keel_plan")
+        refused = False
+        try:
+            for sql, params, one_row, _ in statements:
+                if c.execute(sql, params).rowcount != 1 and one_row:
+                    refused = True  # pragma: no cover - the guards make it impossible
+                    break
+        except sqlite3.IntegrityError:
+            refused = True  # another process bound the same idempotency key meanwhile, say
+        if refused:
+            c.execute("ROLLBACK TO keel_plan")
+        c.execute("RELEASE keel_plan")
+        return not refused
+
+    def _batch_locked(
+        self, batch: Sequence[_Op], *, begun: bool, plan: _Plan | None = None
+    ) -> list[_Outcome]:
         """Run a group of writes in one transaction and commit it; the lock is held.
+
+        With a plan whose rows are unchanged, its writes are executed as recorded, and
+        only the rest run here (see :class:`_Plan`). Without one, every write runs here.
 
         A refused write raises before it writes anything (the rules are checked first),
         so the others can commit beside it. Should a write fail after writing (a SQLite
         error mid-way), the group is rolled back and every write retried on its own.
         """
         c = self._conn
-        outcomes: list[_Outcome] = []
+        outcomes: list[_Outcome | None] = [None] * len(batch)
+        events: list[_EventRow] = []
+
+        def planned(part: _Part) -> bool:
+            if not self._part_holds(part):
+                return False
+            for i, outcome in part.outcomes.items():
+                outcomes[i] = outcome
+            events.extend(part.events)
+            return True
+
         try:
             if not begun:
                 self._begin(True)
-            events: list[_EventRow] = []
-            for fn, _ in batch:
+            if plan is not None and planned(plan.first):
+                live = [i for i, part in plan.later if part is None or not planned(part)]
+            else:
+                live = list(range(len(batch)))
+            for i in live:
                 tx = _SqliteTx(c, events)
                 try:
-                    outcomes.append((True, fn(tx)))
+                    outcomes[i] = (True, batch[i][0](tx))
                 except Exception as exc:
                     if tx.wrote or isinstance(exc, sqlite3.Error):
                         self._rollback()
                         if len(batch) == 1:
                             return [(False, self._map(exc))]
                         return [self._batch_locked([op], begun=False)[0] for op in batch]
-                    outcomes.append((False, exc))
+                    outcomes[i] = (False, exc)
                 else:
                     events.extend(tx.events_out)
             if events:
@@ -442,13 +783,13 @@ class SqliteStore(TxStore):
             # The transaction itself failed (I/O, disk full …): nothing of it is stored.
             self._rollback()
             failure = self._map(exc)
-            return [(False, failure if ok else value) for ok, value in outcomes] + [
-                (False, failure)
-            ] * (len(batch) - len(outcomes))
+            return [(False, failure) if o is None or o[0] else o for o in outcomes]
         except BaseException:
             self._rollback()
             raise
-        return outcomes
+        done = [o for o in outcomes if o is not None]
+        assert len(done) == len(batch), "every write of the group has an outcome"
+        return done
 
     def _map(self, exc: Exception) -> Exception:
         if isinstance(exc, sqlite3.Error):
@@ -527,18 +868,23 @@ class SqliteStore(TxStore):
                         batch, [(False, StoreError(f"store {self.path} is closed"))] * len(batch)
                     )
                     return
+                plan = self._make_plan(batch)
                 try:
                     self._begin(True)
                 except sqlite3.OperationalError:
-                    pass  # another process holds the write lock: wait in a thread
+                    # Another process holds the write lock: wait in a thread, and plan
+                    # the next groups too.
+                    self._plan_groups = OTHERS_WINDOW
                 else:
-                    _deliver(batch, self._batch_locked(batch, begun=True))
+                    _deliver(batch, self._batch_locked(batch, begun=True, plan=plan))
                     return
             finally:
                 self._lock.release()
+        else:
+            plan = None
         self._flushing = True
         assert self._loop is not None
-        self._loop.run_in_executor(None, self._flush_waiting, batch)
+        self._loop.run_in_executor(None, self._flush_waiting, batch, plan)
 
     def _begin_write_waiting(self) -> None:
         """``BEGIN IMMEDIATE``, waiting for another process's write lock (in a thread).
@@ -560,19 +906,21 @@ class SqliteStore(TxStore):
             time.sleep(pause * (0.5 + _JITTER.random()))  # waiting for a lock, not a result
             pause = min(pause * 1.5, 0.002)
 
-    def _write_waiting(self, batch: list[_Op]) -> list[_Outcome]:
+    def _write_waiting(self, batch: list[_Op], plan: _Plan | None = None) -> list[_Outcome]:
         with self._lock:
             self._check_open()
+            if plan is None:
+                plan = self._make_plan(batch)
             try:
                 self._begin_write_waiting()
             except sqlite3.Error as exc:
                 failure = self._map(exc)
                 return [(False, failure)] * len(batch)
-            return self._batch_locked(batch, begun=True)
+            return self._batch_locked(batch, begun=True, plan=plan)
 
-    def _flush_waiting(self, batch: list[_Op]) -> None:
+    def _flush_waiting(self, batch: list[_Op], plan: _Plan | None) -> None:
         try:
-            outcomes = self._write_waiting(batch)
+            outcomes = self._write_waiting(batch, plan)
         except Exception as exc:
             outcomes = [(False, exc)] * len(batch)
         assert self._loop is not None

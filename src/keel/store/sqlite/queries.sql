@@ -3,6 +3,9 @@
 -- name: get_task
 SELECT * FROM tasks WHERE task_id = :task_id;
 
+-- name: get_tasks
+SELECT * FROM tasks WHERE task_id IN (SELECT value FROM json_each(:task_ids));
+
 -- name: get_task_by_key
 SELECT * FROM tasks WHERE owner = :owner AND idempotency_key = :idempotency_key;
 
