@@ -16,8 +16,9 @@ plan waits. Whether a plan (or a part of it) was used is observed by wrapping
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -66,6 +67,26 @@ def holder(db: Path) -> Iterator[sqlite3.Connection]:
         conn.close()
 
 
+@pytest.fixture
+async def store(db: Path, holder: sqlite3.Connection) -> AsyncIterator[SqliteStore]:
+    """A store that plans every group, as it does while other processes write."""
+    opened = SqliteStore(db)
+    opened._always_plan = True
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+def _sql(holder: sqlite3.Connection, statement: str, *params: object) -> Callable[[], None]:
+    """What another writer does while a plan waits: one statement in its transaction."""
+
+    def run() -> None:
+        holder.execute(statement, params)
+
+    return run
+
+
 async def _until(condition: Callable[[], bool], what: str) -> None:
     try:
         async with asyncio.timeout(WAIT):
@@ -96,246 +117,182 @@ async def _while_locked(
     return task
 
 
-async def test_a_plan_whose_task_changed_meanwhile_is_not_used(db, holder, verdicts):
+async def test_a_plan_whose_task_changed_meanwhile_is_not_used(store, holder, verdicts):
     """A completion planned while the task was this worker's is not executed as planned
     when another writer took the task over before the lock came: the completion runs
     again under the lock and is refused with LeaseLost; the other writer's lease stands."""
-    store = SqliteStore(db)
-    store._always_plan = True
-    try:
-        await store.create(name=JOB)
-        [mine] = await store.claim([JOB], worker="me", lease_seconds=60)
-
-        def taken_over() -> None:  # what recovery and a claim by another worker write
-            holder.execute(
-                "UPDATE tasks SET fence = fence + 1, lease_owner = 'other', "
-                "attempt = attempt + 1 WHERE task_id = ?",
-                (mine.task_id,),
-            )
-
-        verdicts.clear()
-        write = await _while_locked(
-            store,
-            holder,
-            lambda: store.complete(mine.task_id, {"done": True}, fence=mine.fence),
-            taken_over,
-        )
-        with pytest.raises(LeaseLost):
-            await write
-        assert verdicts == [False]
-        now = await store.get(mine.task_id)
-        assert (now.status, now.lease_owner, now.fence) == (
-            Status.WORKING,
-            "other",
-            mine.fence + 1,
-        )
-        assert now.result is None
-    finally:
-        await store.close()
+    await store.create(name=JOB)
+    [mine] = await store.claim([JOB], worker="me", lease_seconds=60)
+    taken_over = _sql(  # what recovery and a claim by another worker write
+        holder,
+        "UPDATE tasks SET fence = fence + 1, lease_owner = 'other', attempt = attempt + 1 "
+        "WHERE task_id = ?",
+        mine.task_id,
+    )
+    verdicts.clear()
+    write = await _while_locked(
+        store,
+        holder,
+        lambda: store.complete(mine.task_id, {"done": True}, fence=mine.fence),
+        taken_over,
+    )
+    with pytest.raises(LeaseLost):
+        await write
+    assert verdicts == [False]
+    now = await store.get(mine.task_id)
+    assert (now.status, now.lease_owner, now.fence) == (Status.WORKING, "other", mine.fence + 1)
+    assert now.result is None
 
 
-async def test_an_answer_given_elsewhere_while_the_plan_waited_is_kept(db, holder, verdicts):
+async def test_an_answer_given_elsewhere_while_the_plan_waited_is_kept(store, holder, verdicts):
     """The lost update a stale plan would cause: a task waits for answers ``a`` and ``b``;
     this store plans the answer to ``a`` while ``b`` is still open; another writer stores
     the answer to ``b`` (status and fence stay as they were). The plan is not used: the
     answer to ``a`` is merged with ``b``'s under the lock, and the task runs on."""
-    store = SqliteStore(db)
-    store._always_plan = True
     text = {"type": "string"}
-    try:
-        task = await store.create(
-            name=JOB,
-            input_requests={"a": InputRequest("A?", text), "b": InputRequest("B?", text)},
-        )
-        assert task.status is Status.INPUT_REQUIRED
-
-        def b_answered() -> None:
-            holder.execute(
-                """UPDATE tasks SET input_responses = '{"b":"from elsewhere"}' """
-                "WHERE task_id = ?",
-                (task.task_id,),
-            )
-
-        verdicts.clear()
-        write = await _while_locked(
-            store, holder, lambda: store.provide_input(task.task_id, {"a": "here"}), b_answered
-        )
-        answered = await write
-        assert verdicts == [False]
-        assert answered.input_responses == {"a": "here", "b": "from elsewhere"}
-        assert answered.status is Status.WORKING
-        assert await store.get(task.task_id) == answered
-    finally:
-        await store.close()
+    task = await store.create(
+        name=JOB, input_requests={"a": InputRequest("A?", text), "b": InputRequest("B?", text)}
+    )
+    assert task.status is Status.INPUT_REQUIRED
+    b_answered = _sql(
+        holder,
+        """UPDATE tasks SET input_responses = '{"b":"from elsewhere"}' WHERE task_id = ?""",
+        task.task_id,
+    )
+    verdicts.clear()
+    write = await _while_locked(
+        store, holder, lambda: store.provide_input(task.task_id, {"a": "here"}), b_answered
+    )
+    answered = await write
+    assert verdicts == [False]
+    assert answered.input_responses == {"a": "here", "b": "from elsewhere"}
+    assert answered.status is Status.WORKING
+    assert await store.get(task.task_id) == answered
 
 
-async def test_a_plan_whose_rows_are_unchanged_is_used(db, holder, verdicts):
+async def test_a_plan_whose_rows_are_unchanged_is_used(store, holder, verdicts):
     """Another writer that commits something else while the plan waits does not void it:
     the completion is executed as planned, and the other writer's task is untouched."""
-    store = SqliteStore(db)
-    store._always_plan = True
-    try:
-        mine = await store.create(name=JOB)
-        other = await store.create(name=JOB, arguments={"n": 2})
-        [claimed] = await store.claim([JOB], worker="me", lease_seconds=60)
-        assert claimed.task_id == mine.task_id
+    mine = await store.create(name=JOB)
+    other = await store.create(name=JOB, arguments={"n": 2})
+    [claimed] = await store.claim([JOB], worker="me", lease_seconds=60)
+    assert claimed.task_id == mine.task_id
+    elsewhere = _sql(
+        holder,
+        "UPDATE tasks SET status_message = 'from elsewhere' WHERE task_id = ?",
+        other.task_id,
+    )
+    verdicts.clear()
+    write = await _while_locked(
+        store,
+        holder,
+        lambda: store.complete(mine.task_id, {"done": True}, fence=claimed.fence),
+        elsewhere,
+    )
+    done = await write
+    assert verdicts == [True]
+    assert (done.status, done.result) == (Status.COMPLETED, {"done": True})
+    assert await store.get(mine.task_id) == done
+    assert (await store.get(other.task_id)).status_message == "from elsewhere"
+    history = await store.history(mine.task_id)
+    assert [e.to_status for e in history] == [Status.WORKING] * 2 + [Status.COMPLETED]
 
-        def elsewhere() -> None:
-            holder.execute(
-                "UPDATE tasks SET status_message = 'from elsewhere' WHERE task_id = ?",
-                (other.task_id,),
-            )
 
-        verdicts.clear()
-        write = await _while_locked(
-            store,
-            holder,
-            lambda: store.complete(mine.task_id, {"done": True}, fence=claimed.fence),
-            elsewhere,
-        )
-        done = await write
-        assert verdicts == [True]
-        assert (done.status, done.result) == (Status.COMPLETED, {"done": True})
-        assert await store.get(mine.task_id) == done
-        assert (await store.get(other.task_id)).status_message == "from elsewhere"
-        history = await store.history(mine.task_id)
-        assert [e.to_status for e in history] == [Status.WORKING] * 2 + [Status.COMPLETED]
-    finally:
-        await store.close()
+LEASED_ELSEWHERE = (
+    "UPDATE tasks SET fence = fence + 1, lease_owner = 'other', lease_expires_at = 1e12 "
+    "WHERE task_id IN (SELECT value FROM json_each(?))"
+)
 
 
 async def test_a_planned_claim_takes_the_next_tasks_when_others_took_the_first(
-    db, holder, verdicts
+    store, holder, verdicts
 ):
     """Under contention a planned claim reads spare ready tasks: when another writer
     claims the first ones while the plan waits, the claim takes the next ones, and no
     task is leased twice."""
-    store = SqliteStore(db)
-    store._always_plan = True
     store._claims_contended = CLAIMS_CONTENDED  # as after a claim lost a task to another
-    try:
-        ids = [(await store.create(name=JOB, arguments={"n": n})).task_id for n in range(6)]
-
-        def first_two_taken() -> None:
-            holder.execute(
-                "UPDATE tasks SET fence = fence + 1, lease_owner = 'other', "
-                "lease_expires_at = 1e12 WHERE task_id IN (?, ?)",
-                ids[:2],
-            )
-
-        verdicts.clear()
-        write = await _while_locked(
-            store,
-            holder,
-            lambda: store.claim([JOB], worker="me", lease_seconds=60, limit=2),
-            first_two_taken,
-        )
-        got = await write
-        assert [t.task_id for t in got] == ids[2:4]
-        assert verdicts[-1] is True  # the claim's own part was used
-        owners = {t.task_id: t.lease_owner for t in await store.list(limit=10)}
-        assert owners == {
-            ids[0]: "other",
-            ids[1]: "other",
-            ids[2]: "me",
-            ids[3]: "me",
-            ids[4]: None,
-            ids[5]: None,
-        }
-    finally:
-        await store.close()
+    ids = [(await store.create(name=JOB, arguments={"n": n})).task_id for n in range(6)]
+    verdicts.clear()
+    write = await _while_locked(
+        store,
+        holder,
+        lambda: store.claim([JOB], worker="me", lease_seconds=60, limit=2),
+        _sql(holder, LEASED_ELSEWHERE, json.dumps(ids[:2])),
+    )
+    got = await write
+    assert [t.task_id for t in got] == ids[2:4]
+    assert verdicts[-1] is True  # the claim's own part was used
+    owners = {t.task_id: t.lease_owner for t in await store.list(limit=10)}
+    assert owners == dict(zip(ids, ["other", "other", "me", "me", None, None], strict=True))
 
 
-async def test_a_planned_claim_whose_tasks_are_all_gone_claims_under_the_lock(db, holder, verdicts):
+async def test_a_planned_claim_whose_tasks_are_all_gone_claims_under_the_lock(
+    store, holder, verdicts
+):
     """Without contention a plan reads no spares; if another writer takes every task it
     planned to claim, the claim runs under the lock and finds the ones still ready."""
-    store = SqliteStore(db)
-    store._always_plan = True
-    try:
-        ids = [(await store.create(name=JOB, arguments={"n": n})).task_id for n in range(3)]
-
-        def first_taken() -> None:
-            holder.execute(
-                "UPDATE tasks SET fence = fence + 1, lease_owner = 'other', "
-                "lease_expires_at = 1e12 WHERE task_id = ?",
-                (ids[0],),
-            )
-
-        verdicts.clear()
-        write = await _while_locked(
-            store,
-            holder,
-            lambda: store.claim([JOB], worker="me", lease_seconds=60, limit=1),
-            first_taken,
-        )
-        [got] = await write
-        assert got.task_id == ids[1]
-        assert verdicts[-1] is False
-        assert store._claims_contended == CLAIMS_CONTENDED  # spares from now on
-    finally:
-        await store.close()
+    ids = [(await store.create(name=JOB, arguments={"n": n})).task_id for n in range(3)]
+    verdicts.clear()
+    write = await _while_locked(
+        store,
+        holder,
+        lambda: store.claim([JOB], worker="me", lease_seconds=60, limit=1),
+        _sql(holder, LEASED_ELSEWHERE, json.dumps(ids[:1])),
+    )
+    [got] = await write
+    assert got.task_id == ids[1]
+    assert verdicts[-1] is False
+    assert store._claims_contended == CLAIMS_CONTENDED  # spares from now on
 
 
-async def test_a_key_bound_elsewhere_while_the_plan_waited_is_seen(db, holder, verdicts):
+async def test_a_key_bound_elsewhere_while_the_plan_waited_is_seen(store, holder, verdicts):
     """A create with an idempotency key planned while the key was free, bound by another
     writer before the lock came, is not inserted as planned (the unique index refuses
     it): it runs again under the lock and meets the other task, as any late create does."""
-    store = SqliteStore(db)
-    store._always_plan = True
-    try:
-
-        def bound_elsewhere() -> None:
-            holder.execute(
-                "INSERT INTO tasks (task_id, status, owner, name, arguments, created_at, "
-                "updated_at, idempotency_key, ready_at) "
-                "VALUES ('elsewhere', 'working', '', 'other-job', '{}', 1, 1, 'k', 1)"
-            )
-
-        verdicts.clear()
-        write = await _while_locked(
-            store, holder, lambda: store.create(name=JOB, idempotency_key="k"), bound_elsewhere
-        )
-        with pytest.raises(IdempotencyConflict) as refused:
-            await write
-        assert refused.value.task_id == "elsewhere"
-        assert verdicts == [False]
-        assert [t.task_id for t in await store.list(limit=10)] == ["elsewhere"]
-    finally:
-        await store.close()
+    bound_elsewhere = _sql(
+        holder,
+        "INSERT INTO tasks (task_id, status, owner, name, arguments, created_at, updated_at, "
+        "idempotency_key, ready_at) "
+        "VALUES ('elsewhere', 'working', '', 'other-job', '{}', 1, 1, 'k', 1)",
+    )
+    verdicts.clear()
+    write = await _while_locked(
+        store, holder, lambda: store.create(name=JOB, idempotency_key="k"), bound_elsewhere
+    )
+    with pytest.raises(IdempotencyConflict) as refused:
+        await write
+    assert refused.value.task_id == "elsewhere"
+    assert verdicts == [False]
+    assert [t.task_id for t in await store.list(limit=10)] == ["elsewhere"]
 
 
-async def test_writes_of_one_group_to_the_same_task_see_each_other(db, verdicts):
+async def test_writes_of_one_group_to_the_same_task_see_each_other(store, verdicts):
     """Writes queued together are planned together: a status message and the completion
     of the same task, and two creates with the same idempotency key, end exactly as if
     run one after the other."""
-    store = SqliteStore(db)
-    store._always_plan = True
-    try:
-        await store.create(name=JOB)
-        [task] = await store.claim([JOB], worker="me", lease_seconds=60)
-        verdicts.clear()
-        said, done, first, again = await asyncio.gather(
-            store.set_status_message(task.task_id, "almost", fence=task.fence),
-            store.complete(task.task_id, {"ok": 1}, fence=task.fence),
-            store.create(name=JOB, idempotency_key="same"),
-            store.create(name=JOB, idempotency_key="same"),
-        )
-        assert verdicts == [True]  # one group, one plan, used
-        assert said.status_message == "almost"
-        assert (done.status, done.status_message, done.result) == (
-            Status.COMPLETED,
-            "almost",
-            {"ok": 1},
-        )
-        assert await store.get(task.task_id) == done
-        assert first.task_id == again.task_id
-        keyed = [t for t in await store.list(limit=10) if t.idempotency_key == "same"]
-        assert [t.task_id for t in keyed] == [first.task_id]
-        history = await store.history(task.task_id)
-        assert [e.to_status for e in history].count(Status.COMPLETED) == 1
-        assert history[-1].to_status is Status.COMPLETED
-    finally:
-        await store.close()
+    await store.create(name=JOB)
+    [task] = await store.claim([JOB], worker="me", lease_seconds=60)
+    verdicts.clear()
+    said, done, first, again = await asyncio.gather(
+        store.set_status_message(task.task_id, "almost", fence=task.fence),
+        store.complete(task.task_id, {"ok": 1}, fence=task.fence),
+        store.create(name=JOB, idempotency_key="same"),
+        store.create(name=JOB, idempotency_key="same"),
+    )
+    assert verdicts == [True]  # one group, one plan, used
+    assert said.status_message == "almost"
+    assert (done.status, done.status_message, done.result) == (
+        Status.COMPLETED,
+        "almost",
+        {"ok": 1},
+    )
+    assert await store.get(task.task_id) == done
+    assert first.task_id == again.task_id
+    keyed = [t for t in await store.list(limit=10) if t.idempotency_key == "same"]
+    assert [t.task_id for t in keyed] == [first.task_id]
+    history = await store.history(task.task_id)
+    assert [e.to_status for e in history].count(Status.COMPLETED) == 1
+    assert history[-1].to_status is Status.COMPLETED
 
 
 async def test_a_store_alone_does_not_plan_until_another_writer_appears(db, verdicts):
