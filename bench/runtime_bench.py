@@ -8,8 +8,9 @@ default ``synchronous=full`` (every commit fsynced):
   worker process and with two, at ``--concurrency`` 4 (``keel worker``'s default) and
   16. The tasks are created first, in bulk (concurrent creates from this process); then
   the workers start, and wait at a barrier until every one has imported its code, so
-  that two processes start claiming together. ``run/s`` is tasks / (last completion - first claim), both read
-  from the store's own timestamps; ``create+run/s`` also counts the time creating them.
+  that two processes start claiming together. ``run/s`` is tasks / (last completion -
+  first claim), both read from the store's own timestamps; ``create+run/s`` also counts
+  the time creating them.
   Each configuration runs ``--repeat`` times (default 5), one process and two taking
   turns so that a noisy moment of the VM falls on both; the median run is reported.
   SQLite has one writer at a time, so with no-op tasks a second process gains only by

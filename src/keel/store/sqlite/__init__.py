@@ -9,6 +9,9 @@
   survives power loss. ``synchronous=NORMAL`` (``?synchronous=normal`` in the URL) is much
   faster and still survives any process crash, but an OS crash or power loss may roll back
   the last commits.
+* While other processes write the same file, each group of writes is worked out against
+  a read snapshot before the write lock is taken, and only checked and executed under it
+  (:class:`_Plan`), so that the lock is held for SQL and the commit, not for Python.
 
 Work runs in a thread so that waiting for the disk or for another process's lock never
 blocks the event loop. ``sqlite3`` errors become :mod:`keel.errors` here and nowhere else.
