@@ -119,7 +119,12 @@ class _SqliteTx:
         return task
 
     def _all(self, query: str, params: dict[str, Any]) -> list[Task]:
-        return [task_from_row(r) for r in self._c.execute(_Q[query], params)]
+        tasks = []
+        for row in self._c.execute(_Q[query], params):
+            task = task_from_row(row)
+            self._read[task.task_id] = (task, row)
+            tasks.append(task)
+        return tasks
 
     def load(self, task_id: str) -> Task | None:
         return self._one("get_task", {"task_id": task_id})
