@@ -24,7 +24,8 @@ from typing import Any, TypeVar
 
 import pytest
 
-from keel.errors import IdempotencyConflict, LeaseLost
+from contract.support import FakeClock
+from keel.errors import IdempotencyConflict, LeaseLost, StoreError
 from keel.model import InputRequest, Status
 from keel.store import SqliteStore
 from keel.store.sqlite import CLAIMS_CONTENDED
@@ -312,3 +313,88 @@ async def test_a_store_alone_does_not_plan_until_another_writer_appears(db, verd
         await store.close()
         if other is not None:
             await other.close()
+
+
+async def test_a_plan_that_waited_long_for_the_lock_is_not_used(db, holder, verdicts):
+    """A plan records times (a lease's expiry, updated_at, history) when it is made. One
+    that waited longer than PLAN_MAX_AGE for the lock is not used: the claim is worked
+    out again under the lock, and its lease runs from then, not from before the wait."""
+    clock = FakeClock()
+    store = SqliteStore(db, clock=clock)
+    store._always_plan = True
+    try:
+        await store.create(name=JOB)
+        verdicts.clear()
+        write = await _while_locked(
+            store,
+            holder,
+            lambda: store.claim([JOB], worker="me", lease_seconds=5),
+            lambda: clock.advance(60),  # the lock was held for a minute
+        )
+        [got] = await write
+        assert got.lease_expires_at == clock() + 5
+        assert verdicts == []  # the plan was not even checked
+    finally:
+        await store.close()
+
+
+async def test_a_claim_short_of_tasks_others_took_fills_up_under_the_lock(store, holder):
+    """A planned claim (no spares) that lost one of its tasks to another writer does not
+    come back short while other tasks are ready: it claims under the lock instead."""
+    ids = [(await store.create(name=JOB, arguments={"n": n})).task_id for n in range(4)]
+    write = await _while_locked(
+        store,
+        holder,
+        lambda: store.claim([JOB], worker="me", lease_seconds=60, limit=2),
+        _sql(holder, LEASED_ELSEWHERE, json.dumps(ids[:1])),
+    )
+    assert [t.task_id for t in await write] == ids[1:3]
+
+
+async def test_a_key_lookup_sees_a_task_written_earlier_in_the_group(store):
+    """A create whose idempotency key is bound to a task that the same group cancels
+    before it answers as it would without a plan: with the cancelled task."""
+    task = await store.create(name=JOB, idempotency_key="k")
+    cancelled, again = await asyncio.gather(
+        store.cancel(task.task_id), store.create(name=JOB, idempotency_key="k")
+    )
+    assert cancelled.status is Status.CANCELLED
+    assert again == cancelled
+
+
+async def test_a_group_that_failed_after_writing_retries_each_write_waiting_for_the_lock(
+    db, holder, monkeypatch
+):
+    """When a write fails after writing, the group is rolled back and each write retried
+    on its own. If another process takes the lock in between, the retries wait for it
+    (in a thread, not on the event loop) instead of failing as "busy": only the write
+    that failed fails."""
+    store = SqliteStore(db)  # the file's only writer: the group runs without a plan
+    rollback = SqliteStore._rollback
+    taken: list[bool] = []
+
+    def rollback_then_lose_the_lock(self: SqliteStore) -> None:
+        writing = self._conn.in_transaction and not taken
+        rollback(self)
+        if writing:  # another process takes the lock right after the group's rollback
+            taken.append(True)
+            holder.execute("BEGIN IMMEDIATE")
+
+    def fails_after_writing(tx: Any) -> None:
+        tx.put_step("no-such-task", "step", "1", 0.0)  # refused by the foreign key
+
+    try:
+        await store.create(name=JOB)  # the reads below begin no write transaction
+        monkeypatch.setattr(SqliteStore, "_rollback", rollback_then_lose_the_lock)
+        created = asyncio.ensure_future(store.create(name=JOB))
+        failed = asyncio.ensure_future(store._run(fails_after_writing, write=True))
+        await _until(lambda: bool(taken) and store._flushing, "the retries wait for the lock")
+        holder.execute("COMMIT")
+        task = await created
+        assert task.status is Status.WORKING
+        with pytest.raises(StoreError, match="FOREIGN KEY"):
+            await failed
+        monkeypatch.undo()
+        assert task.task_id in [t.task_id for t in await store.list(limit=10)]
+    finally:
+        await store.close()

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import logging
 import random
 import sqlite3
 import threading
@@ -49,6 +50,8 @@ __all__ = ["SCHEMA_VERSION", "SqliteStore", "Synchronous"]
 
 T = TypeVar("T")
 
+log = logging.getLogger("keel.store.sqlite")
+
 _Q = load_queries(__name__)
 _MIGRATIONS = load_migrations(f"{__name__}.migrations")
 SCHEMA_VERSION = _MIGRATIONS[-1].version
@@ -60,6 +63,9 @@ ones another process claims between the plan and the write lock (see _Part.claim
 a planned claim has lost a task to another process within the last CLAIMS_CONTENDED."""
 CLAIMS_CONTENDED = 32
 OTHERS_WINDOW = 128
+PLAN_MAX_AGE = 0.05
+"""Seconds (by the store's clock) a plan may wait for the write lock and still be used:
+the times it recorded (leases, updated_at, history) are at most this much early."""
 """Groups planned after another process's commit was last seen (see _make_plan)."""
 DEFAULT_BUSY_TIMEOUT = 30.0  # seconds a writer waits for another process's lock
 CACHE_KIB = 64 * 1024  # page cache per connection, KiB
@@ -245,6 +251,11 @@ class _Unplannable(Exception):
     """Raised by a :class:`_PlanTx` primitive when a write cannot be planned."""
 
 
+class _RetryEach(Exception):
+    """A group failed after writing, on a thread that must not wait for the lock: retry
+    its writes one by one where waiting is allowed."""
+
+
 _Statement = tuple[str, dict[str, Any], bool, str]
 """A planned write: SQL, parameters, whether it must change exactly one row, its task."""
 
@@ -264,7 +275,7 @@ class _Claimed:
 class _Part:
     """Planned writes of a group: what they read, and what they would write and return."""
 
-    __slots__ = ("claims", "events", "guards", "limit", "outcomes", "statements")
+    __slots__ = ("claims", "events", "guards", "limit", "outcomes", "position", "statements")
 
     def __init__(self) -> None:
         self.guards: dict[str, tuple[Any, ...] | None] = {}
@@ -279,6 +290,7 @@ class _Part:
         takes the next ones (under contention, the plan read ``CLAIM_SPARE`` times more
         than it needs)."""
         self.limit = 0
+        self.position = -1  # of the claim in the group, when ``claims`` is set
 
 
 class _Plan:
@@ -300,9 +312,11 @@ class _Plan:
     The writes of one group are all in flight together, so any order among them is valid.
     """
 
-    __slots__ = ("first", "keys", "later", "tasks")
+    __slots__ = ("first", "keys", "later", "made_at", "tasks")
 
-    def __init__(self) -> None:
+    def __init__(self, made_at: float) -> None:
+        self.made_at = made_at
+        """The store's clock when the plan was made (see PLAN_MAX_AGE)."""
         self.first = _Part()
         self.later: list[tuple[int, _Part | None]] = []
         """(position in the group, its own plan or None to run it under the lock)."""
@@ -351,7 +365,11 @@ class _PlanTx(_SqliteTx):
         # Not bound yet: should another process bind it before the plan runs, the unique
         # index refuses the plan's insert and the group runs without the plan.
         self.plan.keys[owner, key] = None if row is None else row["task_id"]
-        return None if row is None else self._guarded(row, row["task_id"])
+        if row is None:
+            return None
+        if row["task_id"] in self.plan.tasks:  # bound to a task written earlier in the group
+            return self.plan.tasks[row["task_id"]]
+        return self._guarded(row, row["task_id"])
 
     def ready(self, names: Collection[str], now: float, limit: int) -> list[Task]:
         if not self.scans or self.scanned is not None:
@@ -640,7 +658,7 @@ class SqliteStore(TxStore):
                 return None
         except sqlite3.Error:
             return None
-        plan = _Plan()
+        plan = _Plan(self._now())
         try:
             self._begin(False)
             try:
@@ -654,6 +672,9 @@ class SqliteStore(TxStore):
             finally:
                 self._rollback()  # a read transaction has nothing to commit
         except (sqlite3.Error, _Unplannable):
+            return None
+        except Exception:  # a plan is an optimisation: a bug in it must not lose writes
+            log.exception("could not plan a group of writes; running it under the lock")
             return None
         if not plan.first.outcomes and all(part is None for _, part in plan.later):
             return None
@@ -685,7 +706,9 @@ class SqliteStore(TxStore):
         if tx.scanned is not None:
             limit, ids = tx.scanned
             part.claims = _by_task(ids, value, tx.statements, tx.events_out, part.guards)
-            part.limit = limit
+            if part.claims is None:  # pragma: no cover - not how claims are written
+                return False
+            part.limit, part.position = limit, i
         part.statements.extend(tx.statements)
         part.events.extend(tx.events_out)
         return True
@@ -696,7 +719,11 @@ class SqliteStore(TxStore):
         c = self._conn
         if part.guards:
             ids = json.dumps(list(part.guards))
-            now = {r["task_id"]: tuple(r) for r in c.execute(_Q["get_tasks"], {"task_ids": ids})}
+            try:
+                rows = c.execute(_Q["get_tasks"], {"task_ids": ids}).fetchall()
+            except sqlite3.Error:
+                return False  # run under the lock, which meets the error as it would anyway
+            now = {r["task_id"]: tuple(r) for r in rows}
             if part.claims is not None:
                 return self._claims_hold(part, now)
             if any(now.get(task_id) != row for task_id, row in part.guards.items()):
@@ -712,12 +739,11 @@ class SqliteStore(TxStore):
         elif self._claims_contended:
             self._claims_contended -= 1
         chosen = [c for c in part.claims if now.get(c.task.task_id) == c.guard][: part.limit]
-        if not chosen:
-            return False  # all taken: claim under the lock, which may find others
+        if len(chosen) < min(part.limit, len(part.claims)):
+            return False  # short of tasks others took: claim under the lock, which fills up
         if not self._execute([s for c in chosen for s in c.statements]):
             return False  # pragma: no cover - the guards make it impossible
-        ((i, _),) = part.outcomes.items()
-        part.outcomes[i] = (True, [c.task for c in chosen])
+        part.outcomes[part.position] = (True, [c.task for c in chosen])
         part.events = [e for c in chosen for e in c.events]
         return True
 
@@ -733,26 +759,32 @@ class SqliteStore(TxStore):
                 if c.execute(sql, params).rowcount != 1 and one_row:
                     refused = True  # pragma: no cover - the guards make it impossible
                     break
-        except sqlite3.IntegrityError:
-            refused = True  # another process bound the same idempotency key meanwhile, say
+        except sqlite3.Error:
+            # Another process bound the same idempotency key meanwhile, say; any other
+            # error, the writes meet again under the lock without the plan.
+            refused = True
         if refused:
             c.execute("ROLLBACK TO keel_plan")
         c.execute("RELEASE keel_plan")
         return not refused
 
     def _batch_locked(
-        self, batch: Sequence[_Op], *, begun: bool, plan: _Plan | None = None
+        self, batch: Sequence[_Op], *, begun: bool, plan: _Plan | None = None, wait: bool = True
     ) -> list[_Outcome]:
         """Run a group of writes in one transaction and commit it; the lock is held.
 
         With a plan whose rows are unchanged, its writes are executed as recorded, and
         only the rest run here (see :class:`_Plan`). Without one, every write runs here.
+        A plan that waited more than ``PLAN_MAX_AGE`` for the lock is not used.
 
         A refused write raises before it writes anything (the rules are checked first),
         so the others can commit beside it. Should a write fail after writing (a SQLite
-        error mid-way), the group is rolled back and every write retried on its own.
+        error mid-way), the group is rolled back and every write retried on its own, each
+        waiting for the lock (``wait``) or, on the event loop, raising :class:`_RetryEach`.
         """
         c = self._conn
+        if plan is not None and self._now() - plan.made_at > PLAN_MAX_AGE:
+            plan = None  # its times are stale: work the group out again under the lock
         outcomes: list[_Outcome | None] = [None] * len(batch)
         events: list[_EventRow] = []
 
@@ -777,10 +809,7 @@ class SqliteStore(TxStore):
                     outcomes[i] = (True, batch[i][0](tx))
                 except Exception as exc:
                     if tx.wrote or isinstance(exc, sqlite3.Error):
-                        self._rollback()
-                        if len(batch) == 1:
-                            return [(False, self._map(exc))]
-                        return [self._batch_locked([op], begun=False)[0] for op in batch]
+                        return self._undo(batch, exc, wait=wait)
                     outcomes[i] = (False, exc)
                 else:
                     events.extend(tx.events_out)
@@ -798,6 +827,24 @@ class SqliteStore(TxStore):
         done = [o for o in outcomes if o is not None]
         assert len(done) == len(batch), "every write of the group has an outcome"
         return done
+
+    def _undo(self, batch: Sequence[_Op], exc: Exception, *, wait: bool) -> list[_Outcome]:
+        """A write of the group failed after writing: roll the group back, and retry each
+        write in a transaction of its own (so that only the failing one fails)."""
+        self._rollback()
+        if len(batch) == 1:
+            return [(False, self._map(exc))]
+        if not wait:
+            raise _RetryEach from None
+        return [self._one_waiting(op) for op in batch]
+
+    def _one_waiting(self, op: _Op) -> _Outcome:
+        """One write in a transaction of its own, waiting for the lock (in a thread)."""
+        try:
+            self._begin_write_waiting()
+        except sqlite3.Error as exc:
+            return (False, self._map(exc))
+        return self._batch_locked([op], begun=True)[0]
 
     def _map(self, exc: Exception) -> Exception:
         if isinstance(exc, sqlite3.Error):
@@ -869,6 +916,7 @@ class SqliteStore(TxStore):
         self._queue = []
         if not batch:
             return
+        each = False  # True: the group failed after writing; each write on its own
         if self._lock.acquire(blocking=False):
             try:
                 if self._closed:
@@ -884,15 +932,20 @@ class SqliteStore(TxStore):
                     # the next groups too.
                     self._plan_groups = OTHERS_WINDOW
                 else:
-                    _deliver(batch, self._batch_locked(batch, begun=True, plan=plan))
-                    return
+                    try:
+                        outcomes = self._batch_locked(batch, begun=True, plan=plan, wait=False)
+                    except _RetryEach:
+                        each = True
+                    else:
+                        _deliver(batch, outcomes)
+                        return
             finally:
                 self._lock.release()
         else:
             plan = None
         self._flushing = True
         assert self._loop is not None
-        self._loop.run_in_executor(None, self._flush_waiting, batch, plan)
+        self._loop.run_in_executor(None, self._flush_waiting, batch, plan, each)
 
     def _begin_write_waiting(self) -> None:
         """``BEGIN IMMEDIATE``, waiting for another process's write lock (in a thread).
@@ -914,9 +967,13 @@ class SqliteStore(TxStore):
             time.sleep(pause * (0.5 + _JITTER.random()))  # waiting for a lock, not a result
             pause = min(pause * 1.5, 0.002)
 
-    def _write_waiting(self, batch: list[_Op], plan: _Plan | None = None) -> list[_Outcome]:
+    def _write_waiting(
+        self, batch: list[_Op], plan: _Plan | None = None, *, each: bool = False
+    ) -> list[_Outcome]:
         with self._lock:
             self._check_open()
+            if each:
+                return [self._one_waiting(op) for op in batch]
             if plan is None:
                 plan = self._make_plan(batch)
             try:
@@ -926,9 +983,9 @@ class SqliteStore(TxStore):
                 return [(False, failure)] * len(batch)
             return self._batch_locked(batch, begun=True, plan=plan)
 
-    def _flush_waiting(self, batch: list[_Op], plan: _Plan | None) -> None:
+    def _flush_waiting(self, batch: list[_Op], plan: _Plan | None, each: bool) -> None:
         try:
-            outcomes = self._write_waiting(batch, plan)
+            outcomes = self._write_waiting(batch, plan, each=each)
         except Exception as exc:
             outcomes = [(False, exc)] * len(batch)
         assert self._loop is not None
