@@ -57,16 +57,17 @@ _MIGRATIONS = load_migrations(f"{__name__}.migrations")
 SCHEMA_VERSION = _MIGRATIONS[-1].version
 """The schema version this Keel writes and reads."""
 
+OTHERS_WINDOW = 128
+"""Groups planned after another process's commit was last seen (see _make_plan)."""
+PLAN_MAX_AGE = 0.05
+"""Seconds (by the store's clock) a plan may wait for the write lock and still be used:
+the times it recorded (leases, updated_at, history) are at most this much early."""
 CLAIM_SPARE = 1
 """A planned claim reads this many times more ready tasks than it wants: spares for the
 ones another process claims between the plan and the write lock (see _Part.claims), once
 a planned claim has lost a task to another process within the last CLAIMS_CONTENDED."""
 CLAIMS_CONTENDED = 32
-OTHERS_WINDOW = 128
-PLAN_MAX_AGE = 0.05
-"""Seconds (by the store's clock) a plan may wait for the write lock and still be used:
-the times it recorded (leases, updated_at, history) are at most this much early."""
-"""Groups planned after another process's commit was last seen (see _make_plan)."""
+"""Planned claims that read spares after one lost a task to another process."""
 DEFAULT_BUSY_TIMEOUT = 30.0  # seconds a writer waits for another process's lock
 CACHE_KIB = 64 * 1024  # page cache per connection, KiB
 WAL_LIMIT_BYTES = 64 * 1024 * 1024  # a WAL larger than this is truncated after checkpoints
