@@ -26,7 +26,7 @@ import pytest
 
 from contract.support import FakeClock
 from keel.errors import IdempotencyConflict, LeaseLost, StoreError
-from keel.model import InputRequest, Status
+from keel.model import InputRequest, Status, Task
 from keel.store import SqliteStore
 from keel.store.sqlite import CLAIMS_CONTENDED
 
@@ -118,6 +118,19 @@ async def _while_locked(
     return task
 
 
+async def _complete_while(
+    store: SqliteStore,
+    holder: sqlite3.Connection,
+    task_id: str,
+    fence: int,
+    meanwhile: Callable[[], None],
+) -> asyncio.Task[Task]:
+    """Complete a task with ``{"done": True}`` while ``meanwhile`` runs under the lock."""
+    return await _while_locked(
+        store, holder, lambda: store.complete(task_id, {"done": True}, fence=fence), meanwhile
+    )
+
+
 async def test_a_plan_whose_task_changed_meanwhile_is_not_used(store, holder, verdicts):
     """A completion planned while the task was this worker's is not executed as planned
     when another writer took the task over before the lock came: the completion runs
@@ -131,12 +144,7 @@ async def test_a_plan_whose_task_changed_meanwhile_is_not_used(store, holder, ve
         mine.task_id,
     )
     verdicts.clear()
-    write = await _while_locked(
-        store,
-        holder,
-        lambda: store.complete(mine.task_id, {"done": True}, fence=mine.fence),
-        taken_over,
-    )
+    write = await _complete_while(store, holder, mine.task_id, mine.fence, taken_over)
     with pytest.raises(LeaseLost):
         await write
     assert verdicts == [False]
@@ -184,12 +192,7 @@ async def test_a_plan_whose_rows_are_unchanged_is_used(store, holder, verdicts):
         other.task_id,
     )
     verdicts.clear()
-    write = await _while_locked(
-        store,
-        holder,
-        lambda: store.complete(mine.task_id, {"done": True}, fence=claimed.fence),
-        elsewhere,
-    )
+    write = await _complete_while(store, holder, mine.task_id, claimed.fence, elsewhere)
     done = await write
     assert verdicts == [True]
     assert (done.status, done.result) == (Status.COMPLETED, {"done": True})
@@ -205,6 +208,19 @@ LEASED_ELSEWHERE = (
 )
 
 
+async def _claim_while(
+    store: SqliteStore, holder: sqlite3.Connection, limit: int, taken_elsewhere: list[str]
+) -> list[str]:
+    """Claim up to ``limit`` tasks while another writer leases ``taken_elsewhere``."""
+    write = await _while_locked(
+        store,
+        holder,
+        lambda: store.claim([JOB], worker="me", lease_seconds=60, limit=limit),
+        _sql(holder, LEASED_ELSEWHERE, json.dumps(taken_elsewhere)),
+    )
+    return [t.task_id for t in await write]
+
+
 async def test_a_planned_claim_takes_the_next_tasks_when_others_took_the_first(
     store, holder, verdicts
 ):
@@ -214,14 +230,7 @@ async def test_a_planned_claim_takes_the_next_tasks_when_others_took_the_first(
     store._claims_contended = CLAIMS_CONTENDED  # as after a claim lost a task to another
     ids = [(await store.create(name=JOB, arguments={"n": n})).task_id for n in range(6)]
     verdicts.clear()
-    write = await _while_locked(
-        store,
-        holder,
-        lambda: store.claim([JOB], worker="me", lease_seconds=60, limit=2),
-        _sql(holder, LEASED_ELSEWHERE, json.dumps(ids[:2])),
-    )
-    got = await write
-    assert [t.task_id for t in got] == ids[2:4]
+    assert await _claim_while(store, holder, 2, ids[:2]) == ids[2:4]
     assert verdicts[-1] is True  # the claim's own part was used
     owners = {t.task_id: t.lease_owner for t in await store.list(limit=10)}
     assert owners == dict(zip(ids, ["other", "other", "me", "me", None, None], strict=True))
@@ -234,14 +243,7 @@ async def test_a_planned_claim_whose_tasks_are_all_gone_claims_under_the_lock(
     planned to claim, the claim runs under the lock and finds the ones still ready."""
     ids = [(await store.create(name=JOB, arguments={"n": n})).task_id for n in range(3)]
     verdicts.clear()
-    write = await _while_locked(
-        store,
-        holder,
-        lambda: store.claim([JOB], worker="me", lease_seconds=60, limit=1),
-        _sql(holder, LEASED_ELSEWHERE, json.dumps(ids[:1])),
-    )
-    [got] = await write
-    assert got.task_id == ids[1]
+    assert await _claim_while(store, holder, 1, ids[:1]) == ids[1:2]
     assert verdicts[-1] is False
     assert store._claims_contended == CLAIMS_CONTENDED  # spares from now on
 
@@ -342,13 +344,7 @@ async def test_a_claim_short_of_tasks_others_took_fills_up_under_the_lock(store,
     """A planned claim (no spares) that lost one of its tasks to another writer does not
     come back short while other tasks are ready: it claims under the lock instead."""
     ids = [(await store.create(name=JOB, arguments={"n": n})).task_id for n in range(4)]
-    write = await _while_locked(
-        store,
-        holder,
-        lambda: store.claim([JOB], worker="me", lease_seconds=60, limit=2),
-        _sql(holder, LEASED_ELSEWHERE, json.dumps(ids[:1])),
-    )
-    assert [t.task_id for t in await write] == ids[1:3]
+    assert await _claim_while(store, holder, 2, ids[:1]) == ids[1:3]
 
 
 async def test_a_key_lookup_sees_a_task_written_earlier_in_the_group(store):
