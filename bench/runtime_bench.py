@@ -188,10 +188,7 @@ class WorkerProcess:
                 self._at_barrier.set()
 
     def wait_at_barrier(self) -> None:
-        deadline = time.monotonic() + READY_TIMEOUT
-        while not self._at_barrier.wait(0.02):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{self.worker_id} did not start:\n{''.join(self.output)}")
+        self._wait(self._at_barrier)
 
     def release(self) -> None:
         assert self.proc.stdin is not None
@@ -199,8 +196,12 @@ class WorkerProcess:
         self.proc.stdin.flush()
 
     def wait_ready(self) -> None:
+        self._wait(self._ready)
+
+    def _wait(self, event: threading.Event) -> None:
+        """Until the worker's output has set ``event``; a worker that exits is an error."""
         deadline = time.monotonic() + READY_TIMEOUT
-        while not self._ready.wait(0.02):
+        while not event.wait(0.02):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"{self.worker_id} did not start:\n{''.join(self.output)}")
 

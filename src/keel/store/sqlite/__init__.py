@@ -117,21 +117,18 @@ class _SqliteTx:
         # The rows this transaction read, so that an update re-encodes only what changed.
         self._read: dict[str, tuple[Task, sqlite3.Row]] = {}
 
-    def _one(self, query: str, params: dict[str, Any]) -> Task | None:
-        row = self._c.execute(_Q[query], params).fetchone()
-        if row is None:
-            return None
+    def _kept(self, row: Any) -> Task:
+        """The row as a task, kept for the diff of a later update of it."""
         task = task_from_row(row)
         self._read[task.task_id] = (task, row)
         return task
 
+    def _one(self, query: str, params: dict[str, Any]) -> Task | None:
+        row = self._c.execute(_Q[query], params).fetchone()
+        return None if row is None else self._kept(row)
+
     def _all(self, query: str, params: dict[str, Any]) -> list[Task]:
-        tasks = []
-        for row in self._c.execute(_Q[query], params):
-            task = task_from_row(row)
-            self._read[task.task_id] = (task, row)
-            tasks.append(task)
-        return tasks
+        return [self._kept(row) for row in self._c.execute(_Q[query], params)]
 
     def load(self, task_id: str) -> Task | None:
         return self._one("get_task", {"task_id": task_id})
@@ -344,11 +341,7 @@ class _PlanTx(_SqliteTx):
 
     def _guarded(self, row: Any, task_id: str) -> Task | None:
         self.part.guards.setdefault(task_id, None if row is None else tuple(row))
-        if row is None:
-            return None
-        task = task_from_row(row)
-        self._read[task_id] = (task, row)
-        return task
+        return None if row is None else self._kept(row)
 
     def load(self, task_id: str) -> Task | None:
         if task_id in self.plan.tasks:  # written earlier in this group
@@ -918,6 +911,7 @@ class SqliteStore(TxStore):
         if not batch:
             return
         each = False  # True: the group failed after writing; each write on its own
+        planned = False  # True: planning was tried here; the thread need not try again
         if self._lock.acquire(blocking=False):
             try:
                 if self._closed:
@@ -925,7 +919,7 @@ class SqliteStore(TxStore):
                         batch, [(False, StoreError(f"store {self.path} is closed"))] * len(batch)
                     )
                     return
-                plan = self._make_plan(batch)
+                plan, planned = self._make_plan(batch), True
                 try:
                     self._begin(True)
                 except sqlite3.OperationalError:
@@ -946,7 +940,7 @@ class SqliteStore(TxStore):
             plan = None
         self._flushing = True
         assert self._loop is not None
-        self._loop.run_in_executor(None, self._flush_waiting, batch, plan, each)
+        self._loop.run_in_executor(None, self._flush_waiting, batch, plan, planned, each)
 
     def _begin_write_waiting(self) -> None:
         """``BEGIN IMMEDIATE``, waiting for another process's write lock (in a thread).
@@ -969,13 +963,18 @@ class SqliteStore(TxStore):
             pause = min(pause * 1.5, 0.002)
 
     def _write_waiting(
-        self, batch: list[_Op], plan: _Plan | None = None, *, each: bool = False
+        self,
+        batch: list[_Op],
+        plan: _Plan | None = None,
+        *,
+        planned: bool = False,
+        each: bool = False,
     ) -> list[_Outcome]:
         with self._lock:
             self._check_open()
             if each:
                 return [self._one_waiting(op) for op in batch]
-            if plan is None:
+            if not planned:
                 plan = self._make_plan(batch)
             try:
                 self._begin_write_waiting()
@@ -984,9 +983,11 @@ class SqliteStore(TxStore):
                 return [(False, failure)] * len(batch)
             return self._batch_locked(batch, begun=True, plan=plan)
 
-    def _flush_waiting(self, batch: list[_Op], plan: _Plan | None, each: bool) -> None:
+    def _flush_waiting(
+        self, batch: list[_Op], plan: _Plan | None, planned: bool, each: bool
+    ) -> None:
         try:
-            outcomes = self._write_waiting(batch, plan, each=each)
+            outcomes = self._write_waiting(batch, plan, planned=planned, each=each)
         except Exception as exc:
             outcomes = [(False, exc)] * len(batch)
         assert self._loop is not None
