@@ -24,13 +24,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import subprocess
 import sys
 import time
 from datetime import timedelta
 
 import asyncpg
+from _peer_run import report, run_workers
 from pgqueuer import QueueManager
 from pgqueuer.db import AsyncpgDriver
 from pgqueuer.models import Job
@@ -100,37 +99,17 @@ def main() -> None:
         asyncio.run(worker(args.dsn, args.batch_size))
         return
     fill_seconds = asyncio.run(fill(args.dsn, args.jobs))
-    started = time.perf_counter()
-    argv = [sys.executable, __file__, "--worker", "--dsn", args.dsn]
-    procs = [
-        subprocess.Popen([*argv, "--batch-size", str(args.batch_size)]) for _ in range(args.workers)
-    ]
-    try:
-        codes = [p.wait(timeout=WAIT) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    wall = time.perf_counter() - started
-    if any(codes):
-        raise SystemExit(f"a PgQueuer worker failed: exit codes {codes}")
-    timing = asyncio.run(measure(args.dsn))
-    if timing["done"] != args.jobs or timing["left"]:
-        raise SystemExit(f"PgQueuer did not finish every job: {timing}")
-    print(
-        json.dumps(
-            {
-                "peer": "pgqueuer",
-                "jobs": args.jobs,
-                "workers": args.workers,
-                "batch_size": args.batch_size,
-                "seconds": round(timing["seconds"], 3),
-                "tasks_per_s": round(args.jobs / timing["seconds"], 1),
-                "enqueue_per_s": round(args.jobs / fill_seconds, 1),
-                "wall_seconds_incl_startup": round(wall, 3),
-            }
-        )
+    argv = [sys.executable, __file__, "--worker", "--dsn", args.dsn, "--batch-size"]
+    commands = [[*argv, str(args.batch_size)] for _ in range(args.workers)]
+    wall = run_workers("PgQueuer", commands, WAIT)
+    report(
+        "PgQueuer",
+        args.jobs,
+        lambda: asyncio.run(measure(args.dsn)),
+        fill_seconds,
+        wall,
+        workers=args.workers,
+        batch_size=args.batch_size,
     )
 
 

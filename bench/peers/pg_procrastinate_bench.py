@@ -23,12 +23,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import subprocess
 import sys
 import time
 
 import psycopg
+from _peer_run import report, run_workers
 from procrastinate import App, PsycopgConnector
 
 DEFER_BATCH = 1000  # jobs per batch_defer_async call
@@ -90,38 +89,17 @@ def main() -> None:
         asyncio.run(worker(args.dsn, args.concurrency))
         return
     fill_seconds = asyncio.run(fill(args.dsn, args.jobs))
-    started = time.perf_counter()
-    argv = [sys.executable, __file__, "--worker", "--dsn", args.dsn]
-    procs = [
-        subprocess.Popen([*argv, "--concurrency", str(args.concurrency)])
-        for _ in range(args.workers)
-    ]
-    try:
-        codes = [p.wait(timeout=WAIT) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    wall = time.perf_counter() - started
-    if any(codes):
-        raise SystemExit(f"a Procrastinate worker failed: exit codes {codes}")
-    timing = measure(args.dsn)
-    if timing["done"] != args.jobs or timing["left"]:
-        raise SystemExit(f"Procrastinate did not finish every job: {timing}")
-    print(
-        json.dumps(
-            {
-                "peer": "procrastinate",
-                "jobs": args.jobs,
-                "workers": args.workers,
-                "concurrency": args.concurrency,
-                "seconds": round(timing["seconds"], 3),
-                "tasks_per_s": round(args.jobs / timing["seconds"], 1),
-                "enqueue_per_s": round(args.jobs / fill_seconds, 1),
-                "wall_seconds_incl_startup": round(wall, 3),
-            }
-        )
+    argv = [sys.executable, __file__, "--worker", "--dsn", args.dsn, "--concurrency"]
+    commands = [[*argv, str(args.concurrency)] for _ in range(args.workers)]
+    wall = run_workers("Procrastinate", commands, WAIT)
+    report(
+        "Procrastinate",
+        args.jobs,
+        lambda: measure(args.dsn),
+        fill_seconds,
+        wall,
+        workers=args.workers,
+        concurrency=args.concurrency,
     )
 
 
