@@ -28,24 +28,21 @@ What ``ctx.step`` can honestly promise, and what this test proves, is:
 
 from __future__ import annotations
 
-import json
 import os
 import random
-import re
 import signal
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
 
-from keel.model import Event, Status
 from keel.store import SqliteStore
 
 from .apps.harness import WorkerProcess, eventually, fleet, worker_env
+from .checks import Ledger, check_task, read_effects
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -60,152 +57,13 @@ BACKLOG = 60  # unfinished tasks kept in the store while killing, so workers are
 KILL_DELAY = (0.05, 0.7)  # seconds after the victim is ready (or since the last kill)
 DRAIN_TIMEOUT = 60.0  # seconds for every task to finish once the killing stops
 
-CLAIMED = re.compile(
-    r"claimed by (?P<worker>\S+) \(attempt (?P<attempt>\d+)/\d+, fence (?P<fence>\d+)\)"
-)
-RECOVERED = re.compile(r"lease of (?P<worker>\S+) expired .* on attempt (?P<attempt>\d+)/")
-
 
 @dataclass
-class Claim:
-    """One attempt of a task as its history tells it."""
+class Run(Ledger):
+    """What the test did, to check the store against: the checks' ledger (workers
+    SIGKILLed, those whose kill cut an attempt short, counts) and the tasks created."""
 
-    worker: str
-    attempt: int
-    fence: int
-    ended_by: Event | None = None  # the event that ended it (None: still open)
-
-
-@dataclass
-class Run:
-    """What the test did, to check the store against."""
-
-    killed: set[str] = field(default_factory=set)  # worker ids SIGKILLed
-    interrupting: set[str] = field(default_factory=set)  # … whose kill cut an attempt short
     task_ids: list[str] = field(default_factory=list)
-    stats: Counter[str] = field(default_factory=Counter)
-
-
-def claims_of(task_id: str, history: list[Event]) -> list[Claim]:
-    """Parse the task's attempts from its history, checking that each is explained.
-
-    Every claim must follow the creation or the end of the previous attempt, and every
-    attempt except the last must have ended by recovery of its expired lease.
-    """
-    claims: list[Claim] = []
-    assert history[0].from_status is None, history[0]
-    assert history[0].reason == "created", history[0]
-    for event in history[1:]:
-        if m := CLAIMED.fullmatch(event.reason):
-            assert not claims or claims[-1].ended_by is not None, (
-                f"{task_id}: claimed while an attempt was open: {history}"
-            )
-            claim = Claim(m["worker"], int(m["attempt"]), int(m["fence"]))
-            assert event.actor == f"worker:{claim.worker}", event
-            claims.append(claim)
-        elif m := RECOVERED.match(event.reason):
-            assert claims, f"{task_id}: {history}"
-            assert claims[-1].ended_by is None, f"{task_id}: {history}"
-            assert m["worker"] == claims[-1].worker, event
-            assert int(m["attempt"]) == claims[-1].attempt, event
-            assert (event.from_status, event.to_status) == (Status.WORKING, Status.WORKING)
-            assert event.actor == "recovery", event
-            claims[-1].ended_by = event
-        elif event.to_status is Status.COMPLETED:
-            assert claims, f"{task_id}: {history}"
-            assert claims[-1].ended_by is None, f"{task_id}: {history}"
-            assert event.actor == f"worker:{claims[-1].worker}", event
-            claims[-1].ended_by = event
-        else:
-            raise AssertionError(f"{task_id}: history has an unexplained event {event}")
-    return claims
-
-
-def read_effects(path: Path) -> dict[str, list[dict[str, Any]]]:
-    """The side-effect lines, by task, in the order they were appended."""
-    by_task: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    text = path.read_text(encoding="utf-8")
-    assert text.endswith("\n"), "a side-effect line was torn"
-    for line in text.splitlines():
-        record = json.loads(line)
-        by_task[record["task"]].append(record)
-    return by_task
-
-
-def check_task(
-    task_id: str,
-    status: Status,
-    result: Any,
-    history: list[Event],
-    steps: dict[str, Any],
-    effects: list[dict[str, Any]],
-    run: Run,
-) -> None:
-    """Check one task's outcome, history, recorded steps and side effects together."""
-    stats = run.stats
-    assert status is Status.COMPLETED, f"{task_id} ended {status}: {history}"
-    # Finished exactly once: one completion, the last event, by the last attempt.
-    completions = [e for e in history if e.to_status is Status.COMPLETED]
-    assert len(completions) == 1, history
-    assert history[-1] is completions[0], history
-
-    claims = claims_of(task_id, history)
-    by_fence = {c.fence: c for c in claims}
-    assert [c.fence for c in claims] == sorted(by_fence), f"{task_id}: fences not increasing"
-    assert [c.attempt for c in claims] == list(range(1, len(claims) + 1)), (
-        f"{task_id}: every attempt number counts one recovery: {history}"
-    )
-    for claim in claims[:-1]:  # ended by recovery: only a worker this test killed
-        assert claim.worker in run.killed, f"{task_id}: a live worker lost its lease: {history}"
-        run.interrupting.add(claim.worker)
-        stats["attempts_interrupted"] += 1
-    stats["tasks_retried"] += len(claims) > 1
-
-    # Every step recorded once; the result is built from the recorded values (replay).
-    names = [f"step-{n}" for n in range(STEPS)]
-    assert sorted(steps) == names, f"{task_id}: recorded steps {sorted(steps)}"
-    recorded = [steps[name] for name in names]
-    assert result["structuredContent"]["nonces"] == [r["nonce"] for r in recorded], (
-        f"{task_id}: the result does not use the recorded step results"
-    )
-    assert result["structuredContent"]["fence"] == claims[-1].fence
-
-    # Each recorded result is the return value of a line in the effects file, made by the
-    # attempt whose fence it carries, on the worker that held that fence.
-    nonces = Counter(e["nonce"] for e in effects)
-    for rec in recorded:
-        assert nonces[rec["nonce"]] == 1, f"{task_id}: recorded effect {rec} not in the file"
-        assert by_fence[rec["fence"]].worker == rec["worker"], rec
-    assert [r["fence"] for r in recorded] == sorted(r["fence"] for r in recorded)
-
-    # Side effects, in the order they were made.
-    fences = [e["fence"] for e in effects]
-    assert fences == sorted(fences), f"{task_id}: attempts overlapped: {effects}"
-    recorded_nonces = {r["nonce"] for r in recorded}
-    for fence, claim in by_fence.items():
-        mine = [e for e in effects if e["fence"] == fence]
-        assert all(e["worker"] == claim.worker for e in mine), f"{task_id}: {mine}"
-        assert all(e["attempt"] == claim.attempt for e in mine), f"{task_id}: {mine}"
-        # An attempt runs exactly the steps not recorded when it started, in order:
-        # recorded steps are replayed, never recomputed.
-        done_before = sum(1 for r in recorded if r["fence"] < fence)
-        ran = [e["step"] for e in mine]
-        assert ran == names[done_before : done_before + len(ran)], (
-            f"{task_id}: fence {fence} ran {ran} with {done_before} steps recorded before it"
-        )
-        unrecorded = [e for e in mine if e["nonce"] not in recorded_nonces]
-        if unrecorded:
-            # The window: the effect happened, its result was not committed, the attempt
-            # died right there. Only a killed attempt, only its last effect, at most one.
-            assert len(unrecorded) == 1, f"{task_id}: fence {fence} lost {unrecorded}"
-            assert mine[-1] is unrecorded[0], f"{task_id}: fence {fence} went on: {mine}"
-            assert claim.ended_by is not None, claim
-            assert claim.ended_by.actor == "recovery", claim
-            assert claim.worker in run.killed, claim
-            stats["effects_repeated"] += 1
-    stats["effects"] += len(effects)
-    for name in names:
-        assert sum(1 for e in effects if e["step"] == name) >= 1, f"{task_id}: {name} never ran"
 
 
 async def test_killed_workers_finish_every_task_once_and_replay_recorded_steps(
@@ -295,7 +153,9 @@ async def test_killed_workers_finish_every_task_once_and_replay_recorded_steps(
             history = list(await store.history(task_id))
             steps = dict(await store.steps(task_id))
             try:
-                check_task(task_id, task.status, task.result, history, steps, by_task[task_id], run)
+                check_task(
+                    task_id, task.status, task.result, history, steps, by_task[task_id], STEPS, run
+                )
             except AssertionError as exc:
                 raise AssertionError(f"{exc}\n[seed {SEED}; rerun with KEEL_CRASH_SEED]") from exc
     finally:

@@ -5,6 +5,9 @@ A worker runs the console script next to this interpreter, from this folder (so 
 ``--app steps_app:app`` imports), on the test's SQLite file, with a ``--worker-id`` chosen
 by the test: history names that id, so a test can tell which process ran which attempt.
 Its stderr (the ready line and ``-v`` logs) is copied to a file that failures quote.
+
+:class:`LoggedProcess` (start a process from this folder, copy its output to a log file,
+quote it) is also the base of the PostgreSQL tests' ``keel serve`` front end.
 """
 
 from __future__ import annotations
@@ -43,7 +46,56 @@ def worker_env(effects: Path, *, lease: float = 1.5, **extra: str) -> dict[str, 
     return env
 
 
-class WorkerProcess:
+class LoggedProcess:
+    """A process started from this folder whose output (stdout and stderr) a thread copies
+    to ``<logs>/<name>.log``, which failures quote."""
+
+    def __init__(self, argv: list[str], *, name: str, logs: Path, env: Mapping[str, str]) -> None:
+        self.name = name
+        self.argv = argv
+        self.log_path = logs / f"{name}.log"
+        self._log = self.log_path.open("w", encoding="utf-8")
+        self.proc = subprocess.Popen(
+            self.argv,
+            cwd=APPS,
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.pid = self.proc.pid
+        self._reader = threading.Thread(target=self._pump, name=name, daemon=True)
+        self._reader.start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._log.write(line)
+            self._log.flush()
+            self._saw(line)
+
+    def _saw(self, line: str) -> None:
+        """Called with each line of output once it is in the log."""
+
+    def _close(self, timeout: float) -> None:
+        """After the process exited: let the copying thread finish, close the pipe and log."""
+        self._reader.join(timeout=timeout)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        self._log.close()
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def output(self) -> str:
+        """What the process wrote so far (for failure messages)."""
+        text = self.log_path.read_text(errors="replace")
+        return f"--- output of {self.name} (pid {self.pid}) ---\n{text[-4000:]}"
+
+
+class WorkerProcess(LoggedProcess):
     """One ``keel worker`` process."""
 
     def __init__(
@@ -57,7 +109,8 @@ class WorkerProcess:
         app: str = "steps_app:app",
     ) -> None:
         self.worker_id = worker_id
-        self.argv = [
+        self._ready = threading.Event()
+        argv = [
             str(KEEL),
             "worker",
             "--app",
@@ -70,29 +123,11 @@ class WorkerProcess:
             worker_id,
             "-v",
         ]
-        self.log_path = logs / f"{worker_id}.log"
-        self._log = self.log_path.open("w", encoding="utf-8")
-        self._ready = threading.Event()
-        self.proc = subprocess.Popen(
-            self.argv,
-            cwd=APPS,
-            env=dict(env),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        self.pid = self.proc.pid
-        self._reader = threading.Thread(target=self._pump, name=worker_id, daemon=True)
-        self._reader.start()
+        super().__init__(argv, name=worker_id, logs=logs, env=env)
 
-    def _pump(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self._log.write(line)
-            self._log.flush()
-            if line.startswith(f"keel worker {self.worker_id}:"):
-                self._ready.set()
+    def _saw(self, line: str) -> None:
+        if line.startswith(f"keel worker {self.worker_id}:"):
+            self._ready.set()
 
     @property
     def ready(self) -> bool:
@@ -127,20 +162,8 @@ class WorkerProcess:
             if self.proc.poll() is None:
                 self.proc.kill()
                 self.proc.wait()
-            self._reader.join(timeout=EXIT_TIMEOUT)
-            if self.proc.stdout is not None:
-                self.proc.stdout.close()
-            self._log.close()
+            self._close(EXIT_TIMEOUT)
         return code
-
-    @property
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def output(self) -> str:
-        """What the worker wrote so far (for failure messages)."""
-        text = self.log_path.read_text(errors="replace")
-        return f"--- output of {self.worker_id} (pid {self.pid}) ---\n{text[-4000:]}"
 
 
 @contextlib.contextmanager
