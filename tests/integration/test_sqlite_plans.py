@@ -236,6 +236,70 @@ async def test_a_planned_claim_takes_the_next_tasks_when_others_took_the_first(
     assert owners == dict(zip(ids, ["other", "other", "me", "me", None, None], strict=True))
 
 
+async def test_a_contended_claim_takes_head_tasks_still_free_first(store, holder, verdicts):
+    """Under contention a plan works out only the spare tasks, expecting the head of the
+    queue to go to the other process. Tasks of the head still free under the lock are
+    claimed there, first, and the planned spares fill up the rest: a claim takes the
+    queue in order, and no task is leased twice or claimed twice in its history."""
+    store._claims_contended = CLAIMS_CONTENDED
+    ids = [(await store.create(name=JOB, arguments={"n": n})).task_id for n in range(7)]
+    verdicts.clear()
+    # The plan reads six: the head ids[0:3] (rows only), the spares ids[3:6] (worked out).
+    got = await _claim_while(store, holder, 3, ids[:1])
+    assert got == [ids[1], ids[2], ids[3]]
+    assert verdicts[-1] is False  # the claim went on under the lock for its head
+    owners = {t.task_id: t.lease_owner for t in await store.list(limit=10)}
+    assert owners == dict(zip(ids, ["other", "me", "me", "me", None, None, None], strict=True))
+    for tid in got:
+        claims = [e for e in await store.history(tid) if e.reason.startswith("claimed")]
+        assert len(claims) == 1
+    assert all(t.fence == 1 for t in await store.list(limit=10) if t.task_id in got)
+
+
+async def test_a_contended_claim_nobody_raced_takes_the_head(store, holder, verdicts):
+    """If the other process claimed nothing meanwhile, the head of the queue is still
+    free: the claim takes it (under the lock), not the spares it planned."""
+    store._claims_contended = CLAIMS_CONTENDED
+    ids = [(await store.create(name=JOB, arguments={"n": n})).task_id for n in range(4)]
+    verdicts.clear()
+    assert await _claim_while(store, holder, 2, []) == ids[:2]
+    assert verdicts[-1] is False
+    owners = {t.task_id: t.lease_owner for t in await store.list(limit=10)}
+    assert owners == dict(zip(ids, ["me", "me", None, None], strict=True))
+
+
+async def test_contended_claims_in_one_group_never_take_a_task_twice(store, holder, verdicts):
+    """Two claims queued together while another writer takes a task of the head of the
+    queue: the first is planned (it takes the head tasks still free under the lock and
+    one planned spare), the second runs under the lock after it. Between them they take
+    distinct tasks, the first six still free, each claimed once."""
+    store._claims_contended = CLAIMS_CONTENDED
+    ids = [(await store.create(name=JOB, arguments={"n": n})).task_id for n in range(9)]
+
+    async def both() -> list[list[Task]]:
+        return list(
+            await asyncio.gather(
+                store.claim([JOB], worker="me", lease_seconds=60, limit=3),
+                store.claim([JOB], worker="me", lease_seconds=60, limit=3),
+            )
+        )
+
+    first, second = await (
+        await _while_locked(
+            store, holder, both, _sql(holder, LEASED_ELSEWHERE, json.dumps(ids[1:2]))
+        )
+    )
+    assert verdicts[-1] is False  # the first claim went on under the lock
+    assert [t.task_id for t in first] == [ids[0], ids[2], ids[3]]
+    assert [t.task_id for t in second] == ids[4:7]
+    got = [t.task_id for t in first + second]
+    for tid in got:
+        claims = [e for e in await store.history(tid) if e.reason.startswith("claimed")]
+        assert len(claims) == 1
+    leased = {t.task_id: (t.lease_owner, t.fence) for t in await store.list(limit=20)}
+    assert all(leased[tid] == ("me", 1) for tid in got)
+
+
 async def test_a_planned_claim_whose_tasks_are_all_gone_claims_under_the_lock(
     store, holder, verdicts
 ):

@@ -273,7 +273,18 @@ class _Claimed:
 class _Part:
     """Planned writes of a group: what they read, and what they would write and return."""
 
-    __slots__ = ("claims", "events", "guards", "limit", "outcomes", "position", "statements")
+    __slots__ = (
+        "claims",
+        "events",
+        "fill",
+        "guards",
+        "head",
+        "limit",
+        "outcomes",
+        "position",
+        "statements",
+        "taken",
+    )
 
     def __init__(self) -> None:
         self.guards: dict[str, tuple[Any, ...] | None] = {}
@@ -285,8 +296,18 @@ class _Part:
         self.claims: list[_Claimed] | None = None
         """A claim, task by task, in order: under the lock, the first ``limit`` whose rows
         are unchanged are claimed, so a claim that lost some tasks to another process
-        takes the next ones (under contention, the plan read ``CLAIM_SPARE`` times more
-        than it needs)."""
+        takes the next ones."""
+        self.head: list[tuple[str, tuple[Any, ...] | None]] = []
+        """Under contention, the plan read ``CLAIM_SPARE`` times more ready tasks than it
+        needs, and worked out only the last ``limit`` (``claims``): the ones before them
+        (id and row as read) usually go to the other process meanwhile. If some are
+        still free under the lock, the claim takes as many of the planned ones as are
+        left over and claims the rest there (``fill``), which takes the free ones: a
+        claim takes the queue in order."""
+        self.fill = False
+        """The claim goes on under the lock, for all but the ``taken`` tasks."""
+        self.taken: list[Task] = []
+        """Tasks claimed as planned, when the claim goes on under the lock (``fill``)."""
         self.limit = 0
         self.position = -1  # of the claim in the group, when ``claims`` is set
 
@@ -339,8 +360,11 @@ class _PlanTx(_SqliteTx):
         self.scanned: tuple[int, list[str]] | None = None
         """A claim's limit and the ids of the ready tasks it read, in order."""
 
+    def _guard(self, row: Any, task_id: str) -> tuple[Any, ...] | None:
+        return self.part.guards.setdefault(task_id, None if row is None else tuple(row))
+
     def _guarded(self, row: Any, task_id: str) -> Task | None:
-        self.part.guards.setdefault(task_id, None if row is None else tuple(row))
+        self._guard(row, task_id)
         return None if row is None else self._kept(row)
 
     def load(self, task_id: str) -> Task | None:
@@ -374,6 +398,9 @@ class _PlanTx(_SqliteTx):
         ).fetchall()
         if any(r["task_id"] in self.plan.tasks for r in rows):
             raise _Unplannable  # a task this group already changed: claim under the lock
+        head, rows = rows[: max(0, len(rows) - limit)], rows[max(0, len(rows) - limit) :]
+        for r in head:  # checked under the lock, worked out only if still free (_Part.head)
+            self.part.head.append((r["task_id"], self._guard(r, r["task_id"])))
         self.scanned = (limit, [r["task_id"] for r in rows])
         return [t for r in rows if (t := self._guarded(r, r["task_id"])) is not None]
 
@@ -401,6 +428,19 @@ class _PlanTx(_SqliteTx):
 
     expired = stale = purgeable = delete = _unplannable
     get_steps = events = status_of = page = _unplannable
+
+
+class _Fill(_SqliteTx):
+    """Under the lock, the rest of a planned claim that took ``taken`` tasks as planned
+    (see ``_Part.fill``): it reads as many fewer ready tasks. Those it took are no longer
+    ready, so it finds the ones before them that are still free."""
+
+    def __init__(self, conn: sqlite3.Connection, pending: list[_EventRow], taken: int) -> None:
+        super().__init__(conn, pending)
+        self.taken = taken
+
+    def ready(self, names: Collection[str], now: float, limit: int) -> list[Task]:
+        return super().ready(names, now, limit - self.taken) if limit > self.taken else []
 
 
 def _by_task(
@@ -725,20 +765,32 @@ class SqliteStore(TxStore):
         return self._execute(part.statements)
 
     def _claims_hold(self, part: _Part, now: dict[str, tuple[Any, ...]]) -> bool:
-        """Claim the first tasks of a planned claim that nobody changed meanwhile."""
+        """Claim the first tasks of a planned claim that nobody changed meanwhile.
+
+        False if the claim goes on under the lock: for tasks of its head still free
+        (``part.fill``; the planned ones it takes are ``part.taken``), or from scratch
+        when it is short of tasks others took.
+        """
         assert part.claims is not None
-        if any(now.get(c.task.task_id) != c.guard for c in part.claims[: part.limit]):
+        free = [tid for tid, row in part.head if now.get(tid) == row]
+        valid = [c for c in part.claims if now.get(c.task.task_id) == c.guard]
+        if len(free) < len(part.head) or len(valid) < len(part.claims):
             # Another process claims from the same tasks: read spares for a while.
             self._claims_contended = CLAIMS_CONTENDED
         elif self._claims_contended:
             self._claims_contended -= 1
-        chosen = [c for c in part.claims if now.get(c.task.task_id) == c.guard][: part.limit]
-        if len(chosen) < min(part.limit, len(part.claims)):
+        free = free[: part.limit]
+        chosen = valid[: part.limit - len(free)]
+        if len(free) + len(chosen) < min(part.limit, len(part.head) + len(part.claims)):
             return False  # short of tasks others took: claim under the lock, which fills up
         if not self._execute([s for c in chosen for s in c.statements]):
             return False  # pragma: no cover - the guards make it impossible
-        part.outcomes[part.position] = (True, [c.task for c in chosen])
+        part.taken = [c.task for c in chosen]
         part.events = [e for c in chosen for e in c.events]
+        if free:
+            part.fill = True
+            return False
+        part.outcomes[part.position] = (True, part.taken)
         return True
 
     def _execute(self, statements: Sequence[_Statement]) -> bool:
@@ -781,9 +833,13 @@ class SqliteStore(TxStore):
             plan = None  # its times are stale: work the group out again under the lock
         outcomes: list[_Outcome | None] = [None] * len(batch)
         events: list[_EventRow] = []
+        taken: dict[int, list[Task]] = {}  # claims that go on under the lock (_Part.fill)
 
         def planned(part: _Part) -> bool:
             if not self._part_holds(part):
+                if part.fill:
+                    taken[part.position] = part.taken
+                    events.extend(part.events)
                 return False
             for i, outcome in part.outcomes.items():
                 outcomes[i] = outcome
@@ -798,9 +854,11 @@ class SqliteStore(TxStore):
             else:
                 live = list(range(len(batch)))
             for i in live:
-                tx = _SqliteTx(c, events)
+                got = taken.get(i)
+                tx = _SqliteTx(c, events) if got is None else _Fill(c, events, len(got))
                 try:
-                    outcomes[i] = (True, batch[i][0](tx))
+                    value = batch[i][0](tx)
+                    outcomes[i] = (True, value if got is None else value + got)
                 except Exception as exc:
                     if tx.wrote or isinstance(exc, sqlite3.Error):
                         return self._undo(batch, exc, wait=wait)
