@@ -10,7 +10,9 @@ default ``synchronous=full`` (every commit fsynced):
   the workers start, and wait at a barrier until every one has imported its code, so
   that two processes start claiming together. ``run/s`` is tasks / (last completion -
   first claim), both read from the store's own timestamps; ``create+run/s`` also counts
-  the time creating them.
+  the time creating them; ``cpu µs/task`` is the CPU time all worker processes used
+  from the barrier to the last completion, per task (steadier than rates on a VM whose
+  speed drifts: compare it between two versions of the code).
   Each configuration runs ``--repeat`` times (default 5), one process and two taking
   turns; the median run is reported, each run's rate in run order, and the ratio of each
   two-process run to the one-process run just before it. The target is judged on the
@@ -213,6 +215,11 @@ class WorkerProcess:
             fields[key] = value.strip()
         return int(fields["VmHWM"].split()[0]), int(fields["VmRSS"].split()[0])
 
+    def cpu_seconds(self) -> float:
+        """User + system CPU time the process has used so far, from /proc."""
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def kill(self) -> None:
         if self.proc.poll() is None:
             os.kill(self.pid, signal.SIGKILL)
@@ -326,6 +333,7 @@ async def throughput(
             ]
             for w in workers:  # every process imported and waiting: start them together
                 w.wait_at_barrier()
+            cpu_before = sum(w.cpu_seconds() for w in workers)
             for w in workers:
                 w.release()
             started = time.time()
@@ -336,6 +344,7 @@ async def throughput(
 
             await until(done, f"{tasks} no-op tasks", every=0.05)
             wall = time.time() - started
+            cpu = sum(w.cpu_seconds() for w in workers) - cpu_before
             for w in workers:
                 w.stop()
         finished = await store.list(limit=tasks + 1)
@@ -363,6 +372,8 @@ async def throughput(
         "create_per_s": round(tasks / create_seconds, 1),
         # as if created and then run back to back: create -> claim -> run -> complete
         "end_to_end_per_s": round(tasks / (create_seconds + last - first), 1),
+        # CPU time of all worker processes per task: steadier than rates on a noisy VM
+        "worker_cpu_us_per_task": round(cpu / tasks * 1e6),
         "completed_by_sample": per_worker,
     }
 
@@ -654,13 +665,13 @@ def report(r: Results) -> None:
     )
     print(
         f"  {'processes':>9} {'conc':>5} {'tasks':>6} {'run/s':>9} {'seconds':>8} "
-        f"{'create/s':>9} {'create+run/s':>13}  {'run/s of each run':<20}"
+        f"{'create/s':>9} {'create+run/s':>13} {'cpu µs/task':>12}  {'run/s of each run':<20}"
     )
     for row in r.throughput:
         print(
             f"  {row['processes']:>9} {row['concurrency']:>5} {row['tasks']:>6} "
             f"{row['tasks_per_s']:>9,.0f} {row['seconds']:>8.2f} {row['create_per_s']:>9,.0f} "
-            f"{row['end_to_end_per_s']:>13,.0f}  "
+            f"{row['end_to_end_per_s']:>13,.0f} {row['worker_cpu_us_per_task']:>12}  "
             + ", ".join(f"{x:,.0f}" for x in row["runs_per_s"])
         )
         if "paired_ratios" in row:
