@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -236,68 +236,155 @@ async def test_a_planned_claim_takes_the_next_tasks_when_others_took_the_first(
     assert owners == dict(zip(ids, ["other", "other", "me", "me", None, None], strict=True))
 
 
-async def test_a_contended_claim_takes_head_tasks_still_free_first(store, holder, verdicts):
-    """Under contention a plan works out only the spare tasks, expecting the head of the
-    queue to go to the other process. Tasks of the head still free under the lock are
-    claimed there, first, and the planned spares fill up the rest: a claim takes the
-    queue in order, and no task is leased twice or claimed twice in its history."""
-    store._claims_contended = CLAIMS_CONTENDED
-    ids = [(await store.create(name=JOB, arguments={"n": n})).task_id for n in range(7)]
+@pytest.fixture
+async def timed(
+    db: Path, holder: sqlite3.Connection
+) -> AsyncIterator[tuple[SqliteStore, FakeClock]]:
+    """A store that plans every group, on a fake clock, after claims lost tasks to
+    another process (so a planned claim works out only its spares). A task claimed as
+    planned carries the plan's time; one claimed under the lock, the time after the
+    test advanced the clock while the plan waited (less than PLAN_MAX_AGE)."""
+    clock = FakeClock()
+    opened = SqliteStore(db, clock=clock)
+    opened._always_plan = True
+    try:
+        yield opened, clock
+    finally:
+        await opened.close()
+
+
+async def _queue(store: SqliteStore, clock: FakeClock, count: int) -> list[str]:
+    """``count`` ready tasks, each ready a millisecond after the one before."""
+    ids = []
+    for n in range(count):
+        ids.append((await store.create(name=JOB, arguments={"n": n})).task_id)
+        clock.advance(0.001)
+    store._claims_contended = CLAIMS_CONTENDED  # as after a claim lost tasks to another
+    return ids
+
+
+def _later(clock: FakeClock, then: Callable[[], None]) -> Callable[[], None]:
+    """While the plan waits: the clock moves on 10 ms, then ``then`` runs."""
+
+    def run() -> None:
+        clock.advance(0.01)
+        then()
+
+    return run
+
+
+async def _claimed(store: SqliteStore, ids: list[str]) -> dict[str, tuple[Any, ...]]:
+    """Per claimed task: (lease owner, fence, updated_at, claims in its history)."""
+    out = {}
+    for t in await store.list(limit=100):
+        if t.task_id in ids and t.lease_owner is not None:
+            history = await store.history(t.task_id)
+            claims = sum(1 for e in history if e.reason.startswith("claimed"))
+            out[t.task_id] = (t.lease_owner, t.fence, t.updated_at, claims)
+    return out
+
+
+async def test_a_contended_claim_takes_head_tasks_still_free_first(timed, holder, verdicts):
+    """Under contention a plan reads twice the tasks it needs and works out only the
+    second half (spares), expecting the head of the queue to go to the other process.
+    Head tasks still free under the lock are claimed there; planned spares fill up the
+    rest: the claim takes the first tasks still free, each claimed once."""
+    store, clock = timed
+    ids = await _queue(store, clock, 7)
+    planned_at = clock()
     verdicts.clear()
-    # The plan reads six: the head ids[0:3] (rows only), the spares ids[3:6] (worked out).
-    got = await _claim_while(store, holder, 3, ids[:1])
-    assert got == [ids[1], ids[2], ids[3]]
-    assert verdicts[-1] is False  # the claim went on under the lock for its head
-    owners = {t.task_id: t.lease_owner for t in await store.list(limit=10)}
-    assert owners == dict(zip(ids, ["other", "me", "me", "me", None, None, None], strict=True))
-    for tid in got:
-        claims = [e for e in await store.history(tid) if e.reason.startswith("claimed")]
-        assert len(claims) == 1
-    assert all(t.fence == 1 for t in await store.list(limit=10) if t.task_id in got)
+    write = await _while_locked(
+        store,
+        holder,
+        lambda: store.claim([JOB], worker="me", lease_seconds=60, limit=3),
+        _later(clock, _sql(holder, LEASED_ELSEWHERE, json.dumps(ids[:1]))),
+    )
+    assert [t.task_id for t in await write] == ids[1:4]
+    assert verdicts[-1] is False  # the claim went on under the lock
+    live = planned_at + 0.01
+    claimed = await _claimed(store, ids)
+    assert claimed.pop(ids[0])[:2] == ("other", 1)
+    assert claimed == {
+        ids[1]: ("me", 1, live, 1),  # head, still free: under the lock
+        ids[2]: ("me", 1, live, 1),
+        ids[3]: ("me", 1, planned_at, 1),  # the first spare, as planned
+    }
 
 
-async def test_a_contended_claim_nobody_raced_takes_the_head(store, holder, verdicts):
-    """If the other process claimed nothing meanwhile, the head of the queue is still
-    free: the claim takes it (under the lock), not the spares it planned."""
-    store._claims_contended = CLAIMS_CONTENDED
-    ids = [(await store.create(name=JOB, arguments={"n": n})).task_id for n in range(4)]
-    verdicts.clear()
-    assert await _claim_while(store, holder, 2, []) == ids[:2]
-    assert verdicts[-1] is False
-    owners = {t.task_id: t.lease_owner for t in await store.list(limit=10)}
-    assert owners == dict(zip(ids, ["me", "me", None, None], strict=True))
+async def test_a_contended_claim_nobody_raced_takes_the_head(timed, holder, verdicts):
+    """If the other process claimed nothing meanwhile, the whole head is still free: the
+    claim takes it under the lock, and none of the spares it planned."""
+    store, clock = timed
+    ids = await _queue(store, clock, 4)
+    planned_at = clock()
+    write = await _while_locked(
+        store,
+        holder,
+        lambda: store.claim([JOB], worker="me", lease_seconds=60, limit=2),
+        _later(clock, lambda: None),
+    )
+    assert [t.task_id for t in await write] == ids[:2]
+    live = planned_at + 0.01
+    assert await _claimed(store, ids) == {ids[0]: ("me", 1, live, 1), ids[1]: ("me", 1, live, 1)}
 
 
-async def test_contended_claims_in_one_group_never_take_a_task_twice(store, holder, verdicts):
-    """Two claims queued together while another writer takes a task of the head of the
-    queue: the first is planned (it takes the head tasks still free under the lock and
-    one planned spare), the second runs under the lock after it. Between them they take
-    distinct tasks, the first six still free, each claimed once."""
-    store._claims_contended = CLAIMS_CONTENDED
-    ids = [(await store.create(name=JOB, arguments={"n": n})).task_id for n in range(9)]
+async def test_contended_claims_in_one_group_never_take_a_task_twice(timed, holder, verdicts):
+    """Two claims queued together, both planned: the second (limit 1) reads the first's
+    head as its own head and spare. Another writer takes the first task meanwhile. The
+    second claim takes its planned spare; the first takes its first spare as planned and
+    the rest under the lock, around the second's. Every task is claimed once."""
+    store, clock = timed
+    ids = await _queue(store, clock, 8)
+    planned_at = clock()
 
-    async def both() -> list[list[Task]]:
+    async def both() -> list[Sequence[Task]]:
         return list(
             await asyncio.gather(
                 store.claim([JOB], worker="me", lease_seconds=60, limit=3),
-                store.claim([JOB], worker="me", lease_seconds=60, limit=3),
+                store.claim([JOB], worker="me", lease_seconds=60, limit=1),
             )
         )
 
-    first, second = await (
-        await _while_locked(
-            store, holder, both, _sql(holder, LEASED_ELSEWHERE, json.dumps(ids[1:2]))
-        )
+    verdicts.clear()
+    write = await _while_locked(
+        store, holder, both, _later(clock, _sql(holder, LEASED_ELSEWHERE, json.dumps(ids[:1])))
     )
-    assert verdicts[-1] is False  # the first claim went on under the lock
-    assert [t.task_id for t in first] == [ids[0], ids[2], ids[3]]
-    assert [t.task_id for t in second] == ids[4:7]
-    got = [t.task_id for t in first + second]
-    for tid in got:
-        claims = [e for e in await store.history(tid) if e.reason.startswith("claimed")]
-        assert len(claims) == 1
-    leased = {t.task_id: (t.lease_owner, t.fence) for t in await store.list(limit=20)}
-    assert all(leased[tid] == ("me", 1) for tid in got)
+    first, second = await write
+    assert verdicts == [True, False, True]  # the group's first part; then each claim
+    assert [t.task_id for t in first] == [ids[2], ids[3], ids[4]]
+    assert [t.task_id for t in second] == [ids[1]]
+    live = planned_at + 0.01
+    claimed = await _claimed(store, ids)
+    assert {tid: v for tid, v in claimed.items() if tid != ids[0]} == {
+        ids[1]: ("me", 1, planned_at, 1),  # the second claim's spare, as planned
+        ids[2]: ("me", 1, live, 1),
+        ids[3]: ("me", 1, planned_at, 1),  # the first claim's first spare, as planned
+        ids[4]: ("me", 1, live, 1),
+    }
+
+
+async def test_a_contended_claim_that_fails_under_the_lock_writes_nothing(timed, holder):
+    """A claim that took planned spares and then fails claiming the rest under the lock
+    (here a head task's row cannot be decoded) writes nothing: not even the spares it
+    took. The store is as the other writer left it."""
+    store, clock = timed
+    ids = await _queue(store, clock, 7)
+    holder.execute(
+        "UPDATE tasks SET input_responses = '{bad' WHERE task_id = ?", (ids[2],)
+    )  # a row the plan reads but does not decode (head); the claim under the lock does
+    write = await _while_locked(
+        store,
+        holder,
+        lambda: store.claim([JOB], worker="me", lease_seconds=60, limit=3),
+        _sql(holder, LEASED_ELSEWHERE, json.dumps(ids[:1])),
+    )
+    with pytest.raises(json.JSONDecodeError):
+        await write
+    # Read with SQL: the store itself cannot list the row made undecodable.
+    leased = holder.execute("SELECT task_id, lease_owner FROM tasks WHERE lease_owner IS NOT NULL")
+    assert leased.fetchall() == [(ids[0], "other")]  # only the other writer's
+    claims = holder.execute("SELECT count(*) FROM task_events WHERE reason LIKE 'claimed%'")
+    assert claims.fetchone() == (0,)
 
 
 async def test_a_planned_claim_whose_tasks_are_all_gone_claims_under_the_lock(

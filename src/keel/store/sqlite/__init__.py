@@ -438,6 +438,9 @@ class _Fill(_SqliteTx):
     def __init__(self, conn: sqlite3.Connection, pending: list[_EventRow], taken: int) -> None:
         super().__init__(conn, pending)
         self.taken = taken
+        # The tasks it took as planned are written already: should the rest fail, the
+        # group must be undone, not commit them as if the claim had been refused.
+        self.wrote = True
 
     def ready(self, names: Collection[str], now: float, limit: int) -> list[Task]:
         return super().ready(names, now, limit - self.taken) if limit > self.taken else []
@@ -858,7 +861,9 @@ class SqliteStore(TxStore):
                 tx = _SqliteTx(c, events) if got is None else _Fill(c, events, len(got))
                 try:
                     value = batch[i][0](tx)
-                    outcomes[i] = (True, value if got is None else value + got)
+                    if got is not None:  # earliest ready_at first (ties: the live ones)
+                        value = sorted(value + got, key=lambda t: t.ready_at)
+                    outcomes[i] = (True, value)
                 except Exception as exc:
                     if tx.wrote or isinstance(exc, sqlite3.Error):
                         return self._undo(batch, exc, wait=wait)
