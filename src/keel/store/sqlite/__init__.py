@@ -63,9 +63,10 @@ PLAN_MAX_AGE = 0.05
 """Seconds (by the store's clock) a plan may wait for the write lock and still be used:
 the times it recorded (leases, updated_at, history) are at most this much early."""
 CLAIM_SPARE = 1
-"""A planned claim reads this many times more ready tasks than it wants: spares for the
-ones another process claims between the plan and the write lock (see _Part.claims), once
-a planned claim has lost a task to another process within the last CLAIMS_CONTENDED."""
+"""Under contention, a planned claim reads this many times more ready tasks than it
+wants and works out only the last ones, expecting another process to take the first (see
+_Part.head): once a planned claim has lost a task to another process within the last
+CLAIMS_CONTENDED."""
 CLAIMS_CONTENDED = 32
 """Planned claims that read spares after one lost a task to another process."""
 DEFAULT_BUSY_TIMEOUT = 30.0  # seconds a writer waits for another process's lock
@@ -259,12 +260,11 @@ _Statement = tuple[str, dict[str, Any], bool, str]
 
 
 class _Claimed:
-    """One task of a planned claim: its row as read, and what claiming it writes."""
+    """One task of a planned claim, and what claiming it writes."""
 
-    __slots__ = ("events", "guard", "statements", "task")
+    __slots__ = ("events", "statements", "task")
 
-    def __init__(self, guard: tuple[Any, ...], task: Task) -> None:
-        self.guard = guard
+    def __init__(self, task: Task) -> None:
         self.task = task
         self.statements: list[_Statement] = []
         self.events: list[_EventRow] = []
@@ -276,7 +276,6 @@ class _Part:
     __slots__ = (
         "claims",
         "events",
-        "fill",
         "guards",
         "head",
         "limit",
@@ -297,17 +296,15 @@ class _Part:
         """A claim, task by task, in order: under the lock, the first ``limit`` whose rows
         are unchanged are claimed, so a claim that lost some tasks to another process
         takes the next ones."""
-        self.head: list[tuple[str, tuple[Any, ...] | None]] = []
+        self.head: list[str] = []
         """Under contention, the plan read ``CLAIM_SPARE`` times more ready tasks than it
         needs, and worked out only the last ``limit`` (``claims``): the ones before them
-        (id and row as read) usually go to the other process meanwhile. If some are
-        still free under the lock, the claim takes as many of the planned ones as are
-        left over and claims the rest there (``fill``), which takes the free ones: a
-        claim takes the queue in order."""
-        self.fill = False
-        """The claim goes on under the lock, for all but the ``taken`` tasks."""
-        self.taken: list[Task] = []
-        """Tasks claimed as planned, when the claim goes on under the lock (``fill``)."""
+        (their ids here, their rows in ``guards``) usually go to the other process
+        meanwhile. If some are still free under the lock, the claim takes as many of the
+        planned ones as are left over (``taken``) and claims the rest there, which takes
+        the free ones: a claim takes the queue in order."""
+        self.taken: list[Task] | None = None
+        """Tasks claimed as planned, when the claim goes on under the lock for the rest."""
         self.limit = 0
         self.position = -1  # of the claim in the group, when ``claims`` is set
 
@@ -360,11 +357,8 @@ class _PlanTx(_SqliteTx):
         self.scanned: tuple[int, list[str]] | None = None
         """A claim's limit and the ids of the ready tasks it read, in order."""
 
-    def _guard(self, row: Any, task_id: str) -> tuple[Any, ...] | None:
-        return self.part.guards.setdefault(task_id, None if row is None else tuple(row))
-
     def _guarded(self, row: Any, task_id: str) -> Task | None:
-        self._guard(row, task_id)
+        self.part.guards.setdefault(task_id, None if row is None else tuple(row))
         return None if row is None else self._kept(row)
 
     def load(self, task_id: str) -> Task | None:
@@ -400,7 +394,8 @@ class _PlanTx(_SqliteTx):
             raise _Unplannable  # a task this group already changed: claim under the lock
         head, rows = rows[: max(0, len(rows) - limit)], rows[max(0, len(rows) - limit) :]
         for r in head:  # checked under the lock, worked out only if still free (_Part.head)
-            self.part.head.append((r["task_id"], self._guard(r, r["task_id"])))
+            self.part.guards.setdefault(r["task_id"], tuple(r))
+            self.part.head.append(r["task_id"])
         self.scanned = (limit, [r["task_id"] for r in rows])
         return [t for r in rows if (t := self._guarded(r, r["task_id"])) is not None]
 
@@ -432,7 +427,7 @@ class _PlanTx(_SqliteTx):
 
 class _Fill(_SqliteTx):
     """Under the lock, the rest of a planned claim that took ``taken`` tasks as planned
-    (see ``_Part.fill``): it reads as many fewer ready tasks. Those it took are no longer
+    (see ``_Part.taken``): it reads as many fewer ready tasks. Those it took are no longer
     ready, so it finds the ones before them that are still free."""
 
     def __init__(self, conn: sqlite3.Connection, pending: list[_EventRow], taken: int) -> None:
@@ -447,11 +442,7 @@ class _Fill(_SqliteTx):
 
 
 def _by_task(
-    ids: list[str],
-    value: Any,
-    statements: list[_Statement],
-    events: list[_EventRow],
-    guards: dict[str, tuple[Any, ...] | None],
+    ids: list[str], value: Any, statements: list[_Statement], events: list[_EventRow]
 ) -> list[_Claimed] | None:
     """A planned claim split task by task, or None if it does not split that way (it
     returned something other than the tasks it read, or wrote to another task)."""
@@ -461,7 +452,7 @@ def _by_task(
     chosen = set(returned)
     if [i for i in ids if i in chosen] != returned:  # some of the tasks read, in order
         return None
-    claimed = {t.task_id: _Claimed(guards[t.task_id] or (), t) for t in value}
+    claimed = {t.task_id: _Claimed(t) for t in value}
     for statement in statements:
         if statement[3] not in claimed:
             return None
@@ -483,7 +474,7 @@ def _is_busy(exc: sqlite3.Error) -> bool:
 
 def _describe(exc: sqlite3.Error, path: str) -> str:
     text = str(exc)
-    if "locked" in text or "busy" in text:
+    if _is_busy(exc):
         return (
             f"store {path} is busy: another process held its write lock longer than "
             f"the busy timeout ({text})"
@@ -584,8 +575,7 @@ class SqliteStore(TxStore):
             try:
                 return str(self._conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
             except sqlite3.OperationalError as exc:
-                text = str(exc)
-                if ("locked" not in text and "busy" not in text) or time.monotonic() > deadline:
+                if not _is_busy(exc) or time.monotonic() > deadline:
                     raise
             time.sleep(pause)  # waiting for another process's lock, not for a result
             pause = min(pause * 2, 0.05)
@@ -742,7 +732,7 @@ class SqliteStore(TxStore):
         part.outcomes[i] = (True, value)
         if tx.scanned is not None:
             limit, ids = tx.scanned
-            part.claims = _by_task(ids, value, tx.statements, tx.events_out, part.guards)
+            part.claims = _by_task(ids, value, tx.statements, tx.events_out)
             if part.claims is None:  # pragma: no cover - not how claims are written
                 return False
             part.limit, part.position = limit, i
@@ -752,7 +742,8 @@ class SqliteStore(TxStore):
 
     def _part_holds(self, part: _Part) -> bool:
         """Under the write lock: execute the part's statements if every row it read is
-        unchanged; False (and nothing written) if another process wrote one meanwhile."""
+        unchanged; False if another process wrote one meanwhile. Nothing is written then,
+        except by a claim that goes on under the lock (``_Part.taken``)."""
         c = self._conn
         if part.guards:
             ids = json.dumps(list(part.guards))
@@ -770,13 +761,13 @@ class SqliteStore(TxStore):
     def _claims_hold(self, part: _Part, now: dict[str, tuple[Any, ...]]) -> bool:
         """Claim the first tasks of a planned claim that nobody changed meanwhile.
 
-        False if the claim goes on under the lock: for tasks of its head still free
-        (``part.fill``; the planned ones it takes are ``part.taken``), or from scratch
-        when it is short of tasks others took.
+        False if the claim goes on under the lock: for tasks of its head still free (the
+        planned ones it takes are ``part.taken``), or from scratch when it is short of
+        tasks others took.
         """
         assert part.claims is not None
-        free = [tid for tid, row in part.head if now.get(tid) == row]
-        valid = [c for c in part.claims if now.get(c.task.task_id) == c.guard]
+        free = [tid for tid in part.head if now.get(tid) == part.guards[tid]]
+        valid = [c for c in part.claims if now.get(c.task.task_id) == part.guards[c.task.task_id]]
         if len(free) < len(part.head) or len(valid) < len(part.claims):
             # Another process claims from the same tasks: read spares for a while.
             self._claims_contended = CLAIMS_CONTENDED
@@ -788,12 +779,11 @@ class SqliteStore(TxStore):
             return False  # short of tasks others took: claim under the lock, which fills up
         if not self._execute([s for c in chosen for s in c.statements]):
             return False  # pragma: no cover - the guards make it impossible
-        part.taken = [c.task for c in chosen]
         part.events = [e for c in chosen for e in c.events]
         if free:
-            part.fill = True
+            part.taken = [c.task for c in chosen]
             return False
-        part.outcomes[part.position] = (True, part.taken)
+        part.outcomes[part.position] = (True, [c.task for c in chosen])
         return True
 
     def _execute(self, statements: Sequence[_Statement]) -> bool:
@@ -836,11 +826,11 @@ class SqliteStore(TxStore):
             plan = None  # its times are stale: work the group out again under the lock
         outcomes: list[_Outcome | None] = [None] * len(batch)
         events: list[_EventRow] = []
-        taken: dict[int, list[Task]] = {}  # claims that go on under the lock (_Part.fill)
+        taken: dict[int, list[Task]] = {}  # claims that go on under the lock (_Part.taken)
 
         def planned(part: _Part) -> bool:
             if not self._part_holds(part):
-                if part.fill:
+                if part.taken is not None:
                     taken[part.position] = part.taken
                     events.extend(part.events)
                 return False
@@ -952,8 +942,7 @@ class SqliteStore(TxStore):
                 try:
                     return fn(_SqliteTx(self._conn))
                 except sqlite3.OperationalError as exc:
-                    text = str(exc)
-                    if "locked" not in text and "busy" not in text:
+                    if not _is_busy(exc):
                         raise StoreError(_describe(exc, str(self.path))) from exc
                     # Rare in WAL (another process recovering the WAL, say): wait in a
                     # thread below rather than on the event loop.
