@@ -338,8 +338,8 @@ ALL: tuple[Requirement, ...] = (
     Requirement(
         "B4.21",
         "MUST",
-        "An Mcp-Method or Mcp-Name header that disagrees with the body (or a missing Mcp-Name "
-        "on tasks/*) is refused with -32020 and HTTP 400.",
+        "An Mcp-Method or Mcp-Name header that disagrees with the body is refused with "
+        "-32020 and HTTP 400; a missing Mcp-Name on tasks/* is accepted.",
         "B4 routing [CONF tasks-request-headers; SEP-2243]",
     ),
     # --- B5. input_required ------------------------------------------------------------

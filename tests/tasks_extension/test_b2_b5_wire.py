@@ -82,7 +82,9 @@ async def test_a_create_task_result_is_flat_typed_and_readable_at_once(
 async def test_only_a_create_task_result_says_task(mcp_server: MCPServer[Any]) -> None:
     """tasks/get answers resultType "complete"; the tasks/update and tasks/cancel acks are
     empty (resultType "complete" and nothing of the task); inline and plain tool results
-    are "complete" too."""
+    are "complete" too, and so is the CallToolResult inside a completed task (the
+    2026-07-28 CallToolResult requires it: the TypeScript ext-tasks client refuses a task
+    result without it)."""
     async with serve_http(mcp_server) as url:
         created = await post(url, "tools/call", {"name": "ask", "arguments": {"incident_id": "2"}})
         task_id = created.result["taskId"]
@@ -101,6 +103,7 @@ async def test_only_a_create_task_result_says_task(mcp_server: MCPServer[Any]) -
         )
         done = await poll(url, task_id, "completed")
         assert done["resultType"] == "complete"
+        assert done["result"]["resultType"] == "complete"
 
         ack = await post(url, "tasks/cancel", {"taskId": task_id})
         assert (ack.status, set(ack.result), ack.result["resultType"]) == (

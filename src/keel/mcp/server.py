@@ -104,7 +104,11 @@ def _check_name_header(ctx: ServerRequestContext[Any, Any], task_id: str) -> Non
     request = ctx.request  # HTTP only; stdio and in-process calls carry no headers
     if request is None:
         return
-    if decode_header_value(request.headers.get(MCP_NAME_HEADER)) != task_id:
+    # Strict where the spec is, liberal where it is not: a present header that disagrees
+    # is refused (-32020), an absent one is accepted (FastMCP's tasks client and the MCP
+    # Inspector send none, and FastMCP's own server accepts that too).
+    header = request.headers.get(MCP_NAME_HEADER)
+    if header is not None and decode_header_value(header) != task_id:
         raise MCPError(code=HEADER_MISMATCH, message="Mcp-Name header does not match params.taskId")
 
 

@@ -128,8 +128,9 @@ def _tool_result(result: Any) -> JsonObject:
     # own API may hold any JSON, which goes out as text (and as structured content when
     # it is an object).
     if isinstance(result, Mapping) and isinstance(result.get("content"), list):
-        return dict(result)
+        return {**result, "resultType": "complete"}
     wrapped: JsonObject = {
+        "resultType": "complete",
         "content": [{"type": "text", "text": json.dumps(result, ensure_ascii=False)}],
         "isError": False,
     }
