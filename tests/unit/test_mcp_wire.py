@@ -64,13 +64,14 @@ def test_input_required_lists_only_outstanding_elicitation_requests():
 
 
 def test_completed_carries_the_tool_result_and_failed_the_error():
-    """completed -> result (a CallToolResult, isError included); failed -> error."""
+    """completed -> result (a CallToolResult with resultType "complete", isError
+    included); failed -> error."""
     result = {"content": [{"type": "text", "text": "nope"}], "isError": True}
     assert (
         detailed_task(task(status=Status.COMPLETED, result=result), now=T0, poll_interval=1)[
             "result"
         ]
-        == result
+        == {"resultType": "complete", **result}
     )
     error = {"code": -32603, "message": "dead letter after 3 attempt(s): boom"}
     wire = detailed_task(task(status=Status.FAILED, error=error), now=T0, poll_interval=1)
@@ -82,6 +83,7 @@ def test_a_plain_json_result_goes_out_as_a_tool_result():
     """A result stored through the store API (not a CallToolResult) is wrapped as one."""
     wire = detailed_task(task(status=Status.COMPLETED, result={"n": 1}), now=T0, poll_interval=1)
     assert wire["result"] == {
+        "resultType": "complete",
         "content": [{"type": "text", "text": '{"n": 1}'}],
         "isError": False,
         "structuredContent": {"n": 1},
