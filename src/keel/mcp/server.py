@@ -43,32 +43,32 @@ from mcp.shared.inbound import MCP_NAME_HEADER, decode_header_value
 from mcp_types import (
     HEADER_MISMATCH,
     INVALID_PARAMS,
+    MISSING_REQUIRED_CLIENT_CAPABILITY,
     CallToolRequestParams,
     InputRequiredResult,
     RequestParams,
 )
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from keel.errors import (
-    InvalidPayload,
-    InvalidTransition,
-    TaskNotFound,
-)
+from keel.errors import InvalidTransition, KeelError
 from keel.mcp.wire import (
     TASKS_EXTENSION,
     create_task_result,
     detailed_task,
     input_from_wire,
-    public_error,
+    rpc_error,
+    tool_outcome,
 )
-from keel.model import INTERNAL_ERROR, Status, Task
+from keel.model import Status, Task
 from keel.model.validation import validate_input
 from keel.runtime import Keel, TaskDefinition, Worker
 
-__all__ = ["TasksExtension", "keel_lifespan"]
+__all__ = ["TasksExtension", "keel_lifespan", "mcp_error"]
 
 MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
-NOT_FOUND = "Failed to retrieve task: Task not found"
+TASK_STATE = "keel:task:"
+"""``requestState`` prefix of an input-required answer to a client without the extension:
+the retry carries it back (sealed by the SDK) and resumes that same task."""
 INLINE_POLL = 0.05  # seconds between reads while a call waits for its task inline
 RATE_LIMITED = -32000  # JSON-RPC's implementation-defined server error range
 POLL_SLACK = 0.5  # a poll within this share of pollIntervalMs of the last one is too early
@@ -82,6 +82,31 @@ class UpdateTaskParams(TaskIdParams):
     # Not the SDK's typed InputResponses: answers to keys that are not outstanding must be
     # ignored, not refused before the handler runs; each answer is checked here instead.
     input_responses: dict[str, Any]
+
+
+def mcp_error(exc: KeelError) -> MCPError:
+    """A Keel error as the ``MCPError`` the SDK sends (``wire.rpc_error``'s table)."""
+    error = rpc_error(exc)
+    return MCPError(code=error["code"], message=error["message"], data=error.get("data"))
+
+
+def _raise_outcome(outcome: dict[str, Any]) -> HandlerResult:
+    """A finished task's ``tools/call`` answer: its result, or its error raised."""
+    if "result" in outcome:
+        result: HandlerResult = outcome["result"]
+        return result
+    error = outcome["error"]
+    raise MCPError(code=error["code"], message=error["message"], data=error.get("data"))
+
+
+def _responses(params: CallToolRequestParams) -> dict[str, Any]:
+    """The call's ``inputResponses`` as plain JSON (the SDK parsed them into models)."""
+    return {
+        key: value.model_dump(by_alias=True, exclude_none=True)
+        if hasattr(value, "model_dump")
+        else value
+        for key, value in (params.input_responses or {}).items()
+    }
 
 
 def _owner(ctx: ServerRequestContext[Any, Any]) -> str:
@@ -251,8 +276,8 @@ class TasksExtension(Extension):
         try:
             # Unknown, purged and another principal's tasks answer the same.
             return await self.app.store.get(task_id, owner=_owner(ctx))
-        except TaskNotFound:
-            raise MCPError(code=INVALID_PARAMS, message=NOT_FOUND) from None
+        except KeelError as exc:
+            raise mcp_error(exc) from None
 
     async def _get(self, ctx: ServerRequestContext[Any, Any], params: TaskIdParams) -> Any:
         task = await self._lookup(ctx, params.task_id)
@@ -276,19 +301,31 @@ class TasksExtension(Extension):
         outstanding = {k: v for k, v in params.input_responses.items() if k in pending}
         if not outstanding or task.status is not Status.INPUT_REQUIRED:
             return {}  # nothing outstanding is answered: an empty ack, as the spec asks
+        await self._answer(task, outstanding)
+        return {}
+
+    async def _answer(self, task: Task, responses: dict[str, Any]) -> None:
+        """Apply elicitation results to the task's outstanding requests.
+
+        Raises:
+            MCPError: -32602 for an answer its schema refuses (named; the request stays).
+        """
         try:
-            answers, declined = input_from_wire(outstanding)
+            answers, declined = input_from_wire(responses)
             await self.app.answer(task.task_id, answers, owner=task.owner, declined=declined)
-        except InvalidPayload as exc:  # InputRejected names the field; the request stays
-            raise MCPError(code=INVALID_PARAMS, message=str(exc)) from exc
         except InvalidTransition:
             pass  # it ended or moved on meanwhile: the ack is eventually consistent
-        return {}
+        except KeelError as exc:  # InputRejected names the field; the request stays
+            raise mcp_error(exc) from exc
 
     async def _cancel(self, ctx: ServerRequestContext[Any, Any], params: TaskIdParams) -> Any:
         task = await self._lookup(ctx, params.task_id)
-        with contextlib.suppress(InvalidTransition):  # already finished: the same empty ack
+        try:
             await self.app.cancel(task.task_id, reason="tasks/cancel", owner=task.owner)
+        except InvalidTransition:
+            pass  # already finished: the same empty ack
+        except KeelError as exc:
+            raise mcp_error(exc) from exc
         return {}
 
     async def intercept_tool_call(
@@ -303,6 +340,8 @@ class TasksExtension(Extension):
         declared = _declared(ctx)
         if not declared and definition.options.task_mode == "required":
             require_client_extension(ctx, TASKS_EXTENSION)
+        if not declared and (params.request_state or "").startswith(TASK_STATE):
+            return await self._resume(params, ctx)
         arguments = dict(params.arguments or {})
         answers: dict[str, Any] | None = None
         if definition.options.ask_first:
@@ -317,18 +356,56 @@ class TasksExtension(Extension):
             task = await self.app.submit(
                 definition.name, arguments, owner=_owner(ctx), answers=answers
             )
-        except InvalidPayload as exc:
-            raise MCPError(code=INVALID_PARAMS, message=str(exc)) from exc
+        except KeelError as exc:
+            raise mcp_error(exc) from exc
         if declared:
             if definition.options.inline_within > 0:
                 task = await self._settle(task, definition.options.inline_within)
                 if task.status in {Status.COMPLETED, Status.FAILED}:
-                    return await self._inline(task)
+                    return _raise_outcome(tool_outcome(task, expose_crashes=self.expose_crashes))
             # Committed before this answer leaves: the handle is durable when it arrives.
             return create_task_result(
                 task, now=time.time(), poll_interval=definition.options.poll_interval
             )
-        return await self._inline(task)
+        return await self._inline(task, ctx)
+
+    async def _resume(
+        self, params: CallToolRequestParams, ctx: ServerRequestContext[Any, Any]
+    ) -> HandlerResult:
+        """The retry of a call that got an input-required result: answer that same task
+        (its ``requestState``, sealed by the SDK, names it) and go on waiting for it."""
+        task_id = (params.request_state or "").removeprefix(TASK_STATE)
+        try:
+            task = await self.app.store.get(task_id, owner=_owner(ctx))
+        except KeelError as exc:
+            raise mcp_error(exc) from exc
+        if task.name != params.name:
+            raise MCPError(
+                code=INVALID_PARAMS,
+                message=f"requestState belongs to a call of {task.name!r}, not {params.name!r}",
+            )
+        given = _responses(params)
+        outstanding = {k: v for k, v in given.items() if k in task.pending_input}
+        if outstanding and task.status is Status.INPUT_REQUIRED:
+            await self._answer(task, outstanding)
+            task = await self.app.store.get(task.task_id)
+        return await self._inline(task, ctx, asked=set(given))
+
+    async def _cannot_ask(self, task: Task) -> MCPError:
+        """Cancel a task that needs input its client has no way to give (the reason goes
+        into its history) and return the error that tells the client so."""
+        keys = ", ".join(sorted(task.pending_input))
+        reason = (
+            f"the task needs input ({keys}) and its client can neither take a task handle "
+            f"({TASKS_EXTENSION}) nor be asked"
+        )
+        with contextlib.suppress(InvalidTransition):  # it ended meanwhile: still refused
+            await self.app.cancel(task.task_id, reason=reason, owner=task.owner)
+        return MCPError(
+            code=MISSING_REQUIRED_CLIENT_CAPABILITY,
+            message=f"task {task.task_id} was cancelled: {reason}",
+            data={"taskId": task.task_id, "inputRequests": sorted(task.pending_input)},
+        )
 
     async def _settle(self, task: Task, within: float) -> Task:
         """The task once it has finished, or as it is after ``within`` seconds."""
@@ -343,24 +420,34 @@ class TasksExtension(Extension):
             task = await self.app.store.get(task.task_id)
         return task
 
-    async def _inline(self, task: Task) -> HandlerResult:
-        """Wait for a task whose client cannot poll, and answer its result inline."""
+    async def _inline(
+        self, task: Task, ctx: ServerRequestContext[Any, Any], asked: set[str] | None = None
+    ) -> HandlerResult:
+        """Wait for a task whose client does not poll, and answer its result inline.
+
+        When the task needs input, the answer is an input-required result (MRTR) with
+        the task's outstanding requests and a ``requestState`` naming the task: the
+        client's retry resumes this same task (:meth:`_resume`), so it is never left
+        waiting for an answer nobody can give. Requests the retry already answered
+        (``asked``) are not asked again while the task works them in. A client of a protocol
+        without MRTR cannot be asked: the task is cancelled, and the call answers
+        ``-32021`` saying so.
+        """
         store = self.app.store
         while not task.status.terminal:
-            if task.status is Status.INPUT_REQUIRED:
-                raise MCPError(
-                    code=INTERNAL_ERROR,
-                    message=f"task {task.task_id} needs input, which only a client that "
-                    f"declares {TASKS_EXTENSION} can give",
+            if task.status is Status.INPUT_REQUIRED and not set(task.pending_input) <= (
+                asked or set()
+            ):
+                if ctx.protocol_version not in MODERN:
+                    raise await self._cannot_ask(task)
+                requests = detailed_task(task, now=time.time(), poll_interval=1.0)
+                return InputRequiredResult(
+                    input_requests=requests["inputRequests"],
+                    request_state=TASK_STATE + task.task_id,
                 )
             await anyio.sleep(INLINE_POLL)
             task = await store.get(task.task_id)
-        if task.status is Status.COMPLETED:
-            return {"resultType": "complete", **self._wire(task)["result"]}
-        if task.status is Status.FAILED and task.error:
-            error = public_error(task.error, expose_crashes=self.expose_crashes)
-            raise MCPError(code=error["code"], message=error["message"], data=error.get("data"))
-        raise MCPError(code=INTERNAL_ERROR, message=f"task {task.task_id} was cancelled")
+        return _raise_outcome(tool_outcome(task, expose_crashes=self.expose_crashes))
 
 
 def keel_lifespan(
