@@ -8,15 +8,21 @@ history. Failures reach every client with the same code and message.
 
 from __future__ import annotations
 
+import stat
+from pathlib import Path
 from typing import Any
 
 import pytest
 from mcp import Client
 from mcp.server import MCPServer
+from mcp.server.request_state import RequestStateSecurity
 from mcp.shared.exceptions import MCPError
 from mcp_types import ElicitRequestParams, ElicitResult
 
+from keel.errors import ConfigurationError
 from keel.mcp.client import TasksClientExtension, accept
+from keel.mcp.server import TasksExtension, keel_lifespan
+from keel.mcp.state_key import KEY_FILE, KEY_VARIABLE, request_state_security
 from keel.mcp.wire import TASK_CANCELLED
 from keel.model import Status
 from keel.runtime import Keel
@@ -133,3 +139,54 @@ async def test_failures_reach_every_client_with_the_same_code_and_message(
             await keel.call_tool("protocol_error", {})
     assert inline.value.error.code == polled.value.error.code != TASK_CANCELLED
     assert inline.value.error.message == polled.value.error.message
+
+
+async def test_a_request_state_outlives_the_server_that_sealed_it(
+    keel_app: Keel, tmp_path: Path
+) -> None:
+    """Sealed with the key kept beside the store, the state handed out by one server
+    process is accepted by the next one (a restart between question and answer); a
+    server with a key of its own refuses it (-32602) and the task keeps waiting."""
+    security = request_state_security(tmp_path)
+
+    def server(policy: RequestStateSecurity | None) -> MCPServer[Any]:
+        return MCPServer(
+            "keel-tests",
+            extensions=[TasksExtension(keel_app)],
+            lifespan=keel_lifespan(keel_app),
+            request_state_security=policy,
+        )
+
+    async with serve_http(server(security)) as url:
+        asked = await post(url, "tools/call", ASK, declared=False)
+    retry = {
+        **ASK,
+        "requestState": asked.result["requestState"],
+        "inputResponses": {"service": accept({"service": "db"})},
+    }
+    async with serve_http(server(None)) as url:  # the SDK's default: a key of its own
+        refused = await post(url, "tools/call", retry, declared=False)
+    assert refused.error["code"] == -32602
+    [task] = await keel_app.store.list()
+    assert task.status is Status.INPUT_REQUIRED
+    async with serve_http(server(request_state_security(tmp_path))) as url:
+        done = await post(url, "tools/call", retry, declared=False)
+    assert done.result["structuredContent"] == {"incident": "9", "service": "db"}
+
+
+def test_the_request_state_key_is_made_once_and_kept_private(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The key file is created on first use (mode 0600) and read back after; the
+    environment variable wins; a short key is a ConfigurationError naming its source."""
+    monkeypatch.delenv(KEY_VARIABLE, raising=False)
+    request_state_security(tmp_path)
+    key_file = tmp_path / KEY_FILE
+    first = key_file.read_text()
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    request_state_security(tmp_path)
+    assert key_file.read_text() == first
+    assert [p.name for p in tmp_path.iterdir()] == [KEY_FILE]  # no temporary file left
+    monkeypatch.setenv(KEY_VARIABLE, "short")
+    with pytest.raises(ConfigurationError, match=KEY_VARIABLE):
+        request_state_security(tmp_path)
