@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -203,3 +204,78 @@ def test_incidents_and_deploys_from_json_and_csv(tmp_path: Path) -> None:
     incidents.write_text(json.dumps([{"id": "INC-1", "title": "t"}]))
     with pytest.raises(MalformedSource, match=r"incident #1 \(INC-1\): opened_at must be"):
         JsonIncidents(incidents).all()
+
+
+def test_a_byte_order_mark_and_crlf_are_read_everywhere(tmp_path: Path) -> None:
+    """What a spreadsheet exports as "CSV UTF-8" (a BOM, CRLF line ends) reads as plain
+    CSV; incidents JSON and OTLP files with a BOM read as without one."""
+    csv = tmp_path / "deploys.csv"
+    csv.write_bytes(
+        b"\xef\xbb\xbfid,service,deployed_at,summary\r\n"
+        b"d-1,payments,2026-03-14T09:41:00Z,lower timeout\r\n"
+    )
+    [deploy] = FileDeploys(csv).all()
+    assert (deploy.id, deploy.service, deploy.summary) == ("d-1", "payments", "lower timeout")
+    incidents = tmp_path / "incidents.json"
+    record = {"id": "INC-1", "title": "t", "opened_at": "2026-03-14T09:44:00Z"}
+    incidents.write_bytes(b"\xef\xbb\xbf" + json.dumps([record]).encode() + b"\r\n")
+    assert [i.id for i in JsonIncidents(incidents).all()] == ["INC-1"]
+    traces = tmp_path / "t.jsonl"
+    line = json.dumps(request("a", span("eee19b7ec3c1b174"))).encode()
+    traces.write_bytes(b"\xef\xbb\xbf" + line + b"\r\n" + line.replace(b"eee1", b"fff1") + b"\r\n")
+    assert [r[1] for r in rows(traces)] == ["eee19b7ec3c1b174", "fff19b7ec3c1b174"]
+
+
+def test_ingest_refuses_deploys_and_incidents_the_diagnosis_could_not_read(
+    dataset: Any, tmp_path: Path
+) -> None:
+    """prepare (keel bridge ingest, keel serve --check) reads the incidents and deploys
+    too: a broken file is refused there, naming it, not at the first diagnosis."""
+    data = tmp_path / "copy"
+    shutil.copytree(dataset(7).data_dir, data)
+    settings = BridgeSettings(data_dir=data)
+    (data / "deploys.json").write_text('[{"id": "d-1", "service": "a"}]')
+    with pytest.raises(MalformedSource, match=r"deploys\.json: deploy #1: .* is missing"):
+        prepare(settings, log=lambda _line: None)
+    (data / "deploys.json").write_text("[]")
+    (data / "incidents.json").write_text("{not json")
+    with pytest.raises(MalformedSource, match=r"incidents\.json"):
+        prepare(settings, log=lambda _line: None)
+
+
+class Recorder:
+    """A Progress that keeps what it was told."""
+
+    def __init__(self) -> None:
+        self.total = -1
+        self.seen: list[tuple[int, int]] = []
+
+    def start(self, total_bytes: int) -> None:
+        self.total = total_bytes
+
+    def advance(self, bytes_done: int, spans_read: int) -> None:
+        self.seen.append((bytes_done, spans_read))
+
+
+def test_duplicate_spans_are_stored_once_and_progress_is_reported(tmp_path: Path) -> None:
+    """The same export ingested twice (same trace and span ids) counts once: spans,
+    errors and per-minute aggregates as from one copy. Progress starts with the total
+    size and ends at it, with every span read."""
+    one = tmp_path / "one.jsonl"
+    spans = [span("eee19b7ec3c1b174"), span("aaa19b7ec3c1b174", "eee19b7ec3c1b174", error=True)]
+    one.write_text(json.dumps(request("a", *spans)) + "\n")
+    single = build_index([one], tmp_path / "single.db")
+    twice = tmp_path / "again.jsonl"
+    shutil.copy(one, twice)
+    recorder = Recorder()
+    double = build_index([one, twice], tmp_path / "double.db", progress=recorder)
+    assert (single.spans, single.duplicates) == (2, 0)
+    assert (double.spans, double.duplicates) == (2, 2)
+    first, second = TraceIndex(tmp_path / "single.db"), TraceIndex(tmp_path / "double.db")
+    assert second.search(trace_id=TRACE)[1] == 2
+    assert second.minutes("a", 0, 2**62) == first.minutes("a", 0, 2**62)
+    assert second.meta()["spans"] == "2"
+    size = one.stat().st_size * 2
+    assert recorder.total == size
+    assert recorder.seen[-1] == (size, 4)
+    assert recorder.seen == sorted(recorder.seen)

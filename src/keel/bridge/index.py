@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from keel.bridge.errors import BridgeError, MalformedSource
 from keel.bridge.otlp import Row, read_spans
@@ -27,10 +28,28 @@ from keel.bridge.records import NS_PER_MINUTE, Span
 from keel.errors import StoreError
 from keel.store.sqlfiles import load_queries
 
-__all__ = ["INDEX_FORMAT", "IngestReport", "TraceIndex", "build_index", "fingerprint"]
+__all__ = [
+    "INDEX_FORMAT",
+    "IngestReport",
+    "Progress",
+    "TraceIndex",
+    "build_index",
+    "fingerprint",
+]
 
 INDEX_FORMAT = "1"  # bump when the schema changes: an older index is rebuilt
 _SQL = load_queries("keel.bridge", "index.sql")
+
+
+class Progress(Protocol):
+    """Told how an ingest goes (``keel bridge ingest`` draws a progress bar with it)."""
+
+    def start(self, total_bytes: int) -> None:
+        """The ingest begins; its files hold ``total_bytes``."""
+
+    def advance(self, bytes_done: int, spans_read: int) -> None:
+        """A batch was stored: the files finished so far hold ``bytes_done``."""
+
 
 Fingerprint = list[list[str | int]]
 """[[path, size, mtime_ns], …] of the trace files an index was built from."""
@@ -50,9 +69,10 @@ class IngestReport:
     """What one ingest did."""
 
     files: int
-    spans: int
+    spans: int  # distinct spans indexed
     bytes: int
     seconds: float
+    duplicates: int = 0  # spans read again (same trace and span id) and dropped
 
     @property
     def spans_per_second(self) -> float:
@@ -86,16 +106,32 @@ def _accumulate(stats: dict[tuple[str, int], list[int]], rows: list[Row]) -> Non
             agg[3] = max(agg[3], duration)
 
 
+def _drop_duplicates(conn: sqlite3.Connection, stats: dict[tuple[str, int], list[int]]) -> int:
+    """Delete the second and later copies of each (trace_id, span_id) and recount the
+    minutes they were counted in; returns how many were dropped."""
+    dropped = conn.execute(_SQL["duplicate_spans"]).fetchall()
+    if not dropped:
+        return 0
+    conn.executemany("DELETE FROM spans WHERE rowid = ?", [(row[0],) for row in dropped])
+    for service, minute in {(row[1], row[2] // NS_PER_MINUTE) for row in dropped}:
+        start = minute * NS_PER_MINUTE
+        stats[(service, minute)] = list(
+            conn.execute(_SQL["minute_of"], (service, start, start + NS_PER_MINUTE)).fetchone()
+        )
+    return len(dropped)
+
+
 def build_index(  # noqa: PLR0915 - one transaction, start to swap, reads best in one piece
     files: Sequence[Path],
     dest: Path,
     *,
     read: Callable[[Path], Iterable[list[Row]]] = read_spans,
     log: Callable[[str], object] | None = None,
+    progress: Progress | None = None,
     batch_size: int = 20_000,
 ) -> IngestReport:
     """Index the spans of ``files`` (read by ``read``, a trace source's reader) into
-    ``dest``, replacing it atomically.
+    ``dest``, replacing it atomically; ``progress`` hears of every batch stored.
 
     Raises:
         MalformedSource: a file that is not OTLP/JSON (names the file and line); ``dest``
@@ -107,8 +143,10 @@ def build_index(  # noqa: PLR0915 - one transaction, start to swap, reads best i
     tmp = dest.with_name(f"{dest.name}.building-{os.getpid()}")
     tmp.unlink(missing_ok=True)
     stats: dict[tuple[str, int], list[int]] = {}
-    total = 0
+    total = duplicates = done = 0
     size = sum(f.stat().st_size for f in files)
+    if progress is not None:
+        progress.start(size)
     try:
         conn = sqlite3.connect(tmp, isolation_level=None)
         try:
@@ -129,17 +167,27 @@ def build_index(  # noqa: PLR0915 - one transaction, start to swap, reads best i
                         conn.executemany(_SQL["insert_span"], pending)
                         count += len(pending)
                         pending = []
+                        if progress is not None:
+                            progress.advance(done, total + count)
                 if pending:
                     conn.executemany(_SQL["insert_span"], pending)
                     count += len(pending)
                 total += count
                 st = path.stat()
+                done += st.st_size
+                if progress is not None:
+                    progress.advance(done, total)
                 sources.append((str(path.resolve()), st.st_size, st.st_mtime_ns, count))
                 if log is not None:
                     rate = total / max(time.perf_counter() - began, 1e-9)
                     log(f"  indexed {path.name}: {count:,} spans ({rate:,.0f} spans/s so far)")
+            conn.executescript(_SQL["indexes"])  # commits the open transaction first
+            conn.execute("BEGIN")
+            duplicates = _drop_duplicates(conn, stats)
+            total -= duplicates
             conn.executemany(
-                _SQL["insert_minute"], [(s, m, *agg) for (s, m), agg in sorted(stats.items())]
+                _SQL["insert_minute"],
+                [(s, m, *agg) for (s, m), agg in sorted(stats.items()) if agg[0]],
             )
             conn.executemany("INSERT INTO sources VALUES (?, ?, ?, ?)", sources)
             meta = {
@@ -150,7 +198,7 @@ def build_index(  # noqa: PLR0915 - one transaction, start to swap, reads best i
                 "last_ns": str((max((m for _, m in stats), default=0) + 1) * NS_PER_MINUTE),
             }
             conn.executemany("INSERT INTO meta VALUES (?, ?)", meta.items())
-            conn.executescript(_SQL["indexes"])  # commits the open transaction first
+            conn.execute("COMMIT")
             conn.execute("ANALYZE")
         finally:
             conn.close()
@@ -167,7 +215,7 @@ def build_index(  # noqa: PLR0915 - one transaction, start to swap, reads best i
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    return IngestReport(len(files), total, size, time.perf_counter() - began)
+    return IngestReport(len(files), total, size, time.perf_counter() - began, duplicates)
 
 
 @dataclass(frozen=True, slots=True)

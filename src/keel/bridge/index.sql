@@ -38,6 +38,21 @@ CREATE TABLE sources (
 CREATE INDEX spans_by_service ON spans (service, start_ns);
 CREATE INDEX spans_by_trace ON spans (trace_id, span_id);
 
+-- name: duplicate_spans
+-- Spans whose (trace_id, span_id) an earlier row already has (the same export ingested
+-- twice): the first copy is kept. Runs on spans_by_trace, a covering scan when there are none.
+SELECT s.rowid, s.service, s.start_ns
+FROM (
+    SELECT trace_id, span_id, min(rowid) AS keep
+    FROM spans GROUP BY trace_id, span_id HAVING count(*) > 1
+) AS d
+JOIN spans AS s ON s.trace_id = d.trace_id AND s.span_id = d.span_id AND s.rowid <> d.keep;
+
+-- name: minute_of
+SELECT count(*), coalesce(sum(error), 0), coalesce(sum(end_ns - start_ns), 0),
+       coalesce(max(end_ns - start_ns), 0)
+FROM spans WHERE service = ? AND start_ns >= ? AND start_ns < ?;
+
 -- name: insert_span
 INSERT INTO spans (trace_id, span_id, parent_id, service, name, start_ns, end_ns, error)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?);

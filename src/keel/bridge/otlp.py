@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from keel.bridge.errors import MalformedSource
+from keel.bridge.records import ENCODING
 from keel.errors import ConfigurationError
 
 __all__ = ["TRACE_SUFFIXES", "WHOLE_LIMIT", "Row", "read_spans", "trace_files"]
@@ -340,7 +341,7 @@ def read_spans(path: Path, *, whole_limit: int = WHOLE_LIMIT) -> Iterator[list[R
         MalformedSource: the file is not OTLP/JSON; names the file, the line and why.
     """
     try:
-        file = path.open(encoding="utf-8")
+        file = path.open(encoding=ENCODING)
     except OSError as exc:
         raise MalformedSource(path, f"cannot open: {exc.strerror or exc}") from exc
     with file:

@@ -13,6 +13,7 @@ from typing import Any
 from keel.model import JsonObject
 
 __all__ = [
+    "ENCODING",
     "NS_PER_MINUTE",
     "NS_PER_S",
     "Deploy",
@@ -22,6 +23,9 @@ __all__ = [
     "parse_time",
 ]
 
+ENCODING = "utf-8-sig"
+"""How every source file is read: UTF-8, with or without the byte-order mark that
+spreadsheets put at the start of a "CSV UTF-8" export (CRLF line ends are read too)."""
 NS_PER_S = 1_000_000_000
 NS_PER_MINUTE = 60 * NS_PER_S
 
