@@ -75,9 +75,9 @@ def test_json_lines_and_one_pretty_object_read_the_same(tmp_path: Path) -> None:
 
     expected = rows(lines)
     assert [r[:4] + r[7:] for r in expected] == [
-        (TRACE, "eee19b7ec3c1b174", None, "checkout", 0),
-        (TRACE, "eee19b7ec3c1b175", "eee19b7ec3c1b174", "checkout", 0),
-        (TRACE, "eee19b7ec3c1b176", "eee19b7ec3c1b175", "payments", 1),
+        (TRACE, "eee19b7ec3c1b174", None, "checkout", 0, 0, None),
+        (TRACE, "eee19b7ec3c1b175", "eee19b7ec3c1b174", "checkout", 0, 0, None),
+        (TRACE, "eee19b7ec3c1b176", "eee19b7ec3c1b175", "payments", 1, 0, None),
     ]
     assert rows(pretty) == expected
     assert rows(pretty, whole_limit=64) == expected  # walked, never decoded whole
@@ -279,3 +279,44 @@ def test_duplicate_spans_are_stored_once_and_progress_is_reported(tmp_path: Path
     assert recorder.total == size
     assert recorder.seen[-1] == (size, 4)
     assert recorder.seen == sorted(recorder.seen)
+
+
+def attribute(key: str, value: str) -> dict[str, Any]:
+    return {"key": key, "value": {"stringValue": value}}
+
+
+def test_span_kinds_and_the_callee_of_client_spans_are_read(tmp_path: Path) -> None:
+    """kind as a number or OTLP's enum name; a client or producer span's callee from the
+    most specific attribute it has (peer.service, then the database, the destination, the
+    host); other spans have none."""
+    traces = tmp_path / "t.jsonl"
+    spans = [
+        span("aaa19b7ec3c1b174", kind=2, attributes=[attribute("peer.service", "x")]),
+        span(
+            "bbb19b7ec3c1b174",
+            kind="SPAN_KIND_CLIENT",
+            attributes=[
+                attribute("server.address", "db-1.internal"),
+                attribute("db.name", "orders"),
+            ],
+        ),
+        span("ccc19b7ec3c1b174", kind=4, attributes=[attribute("messaging.destination.name", "q")]),
+        span("ddd19b7ec3c1b174", kind=3, attributes=[attribute("server.address", "api.example")]),
+        span("eee19b7ec3c1b174", kind=3),
+    ]
+    traces.write_text(json.dumps(request("a", *spans)) + "\n")
+    assert [(r[8], r[9]) for r in rows(traces)] == [
+        (2, None),
+        (3, "orders"),
+        (4, "q"),
+        (3, "api.example"),
+        (3, None),
+    ]
+    build_index([traces], tmp_path / "index.db")
+    found, _ = TraceIndex(tmp_path / "index.db").search(service="a")
+    assert [(s.to_json()["kind"], s.to_json().get("peer")) for s in found][:2] == [
+        ("server", None),
+        ("client", "orders"),
+    ]
+    # A service's own minutes count its server (and unspecified) spans only.
+    assert [m[1] for m in TraceIndex(tmp_path / "index.db").minutes("a", 0, 2**62)] == [1]

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Protocol
 
 from keel.bridge.errors import BridgeError, MalformedSource
-from keel.bridge.otlp import Row, read_spans
+from keel.bridge.otlp import OUTGOING, Row, read_spans
 from keel.bridge.records import NS_PER_MINUTE, Span
 from keel.errors import StoreError
 from keel.store.sqlfiles import load_queries
@@ -37,7 +37,7 @@ __all__ = [
     "fingerprint",
 ]
 
-INDEX_FORMAT = "1"  # bump when the schema changes: an older index is rebuilt
+INDEX_FORMAT = "2"  # bump when the schema changes: an older index is rebuilt
 _SQL = load_queries("keel.bridge", "index.sql")
 
 
@@ -92,8 +92,11 @@ def _fsync(path: Path) -> None:
 
 
 def _accumulate(stats: dict[tuple[str, int], list[int]], rows: list[Row]) -> None:
-    """Add spans to the per-service per-minute aggregates [spans, errors, sum, max]."""
+    """Add spans to the per-service per-minute aggregates [spans, errors, sum, max]; a
+    service's client and producer spans time its callees, and are left out."""
     for row in rows:
+        if row[8] in OUTGOING:
+            continue
         key = (row[3], row[5] // NS_PER_MINUTE)
         duration = row[6] - row[5]
         agg = stats.get(key)
@@ -113,7 +116,9 @@ def _drop_duplicates(conn: sqlite3.Connection, stats: dict[tuple[str, int], list
     if not dropped:
         return 0
     conn.executemany("DELETE FROM spans WHERE rowid = ?", [(row[0],) for row in dropped])
-    for service, minute in {(row[1], row[2] // NS_PER_MINUTE) for row in dropped}:
+    for service, minute in {
+        (row[1], row[2] // NS_PER_MINUTE) for row in dropped if row[3] not in OUTGOING
+    }:
         start = minute * NS_PER_MINUTE
         stats[(service, minute)] = list(
             conn.execute(_SQL["minute_of"], (service, start, start + NS_PER_MINUTE)).fetchone()
@@ -332,7 +337,7 @@ class TraceIndex:
             where.append("end_ns - start_ns >= ?")
             args.append(min_duration_ns)
         clause = f"WHERE {' AND '.join(where)}" if where else ""
-        columns = "trace_id, span_id, parent_id, service, name, start_ns, end_ns, error"
+        columns = "trace_id, span_id, parent_id, service, name, start_ns, end_ns, error, kind, peer"
         with self._connect() as conn:
             # The filters are fixed column names; only values are bound as parameters.
             total = conn.execute(f"SELECT count(*) FROM spans {clause}", args).fetchone()[0]  # noqa: S608
@@ -341,5 +346,8 @@ class TraceIndex:
                 "ORDER BY start_ns, trace_id, span_id LIMIT ?",
                 [*args, limit],
             ).fetchall()
-        spans = [Span(r[0], r[1], r[2], r[3], r[4], r[5], r[6], bool(r[7])) for r in rows]
+        spans = [
+            Span(r[0], r[1], r[2], r[3], r[4], r[5], r[6], bool(r[7]), kind=r[8], peer=r[9])
+            for r in rows
+        ]
         return spans, total
