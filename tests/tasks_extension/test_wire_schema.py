@@ -8,12 +8,13 @@ every state they can reach, and every JSON-RPC answer is recorded with what it m
 * the conformance app (``keel serve --app conformance``): the plain tool; each task tool
   created, working, input_required (one and two questions, a partial answer), completed,
   completed with ``isError``, failed and cancelled; the MRTR input-required result and
-  the task it starts; inline answers to a client without the extension; the acks of
+  the task it starts; inline answers to a client without the extension, and the MRTR
+  round that asks it for a task's input and its retries; the acks of
   tasks/update and tasks/cancel; the errors (-32602 unknown task, bad input and bad
   arguments, -32021, -32020, -32603);
 * Incident Bridge (``keel serve``, sample dataset, fast pace): its plain tools (answers
   and tool errors) and ``diagnose_root_cause`` through input to its cited conclusion,
-  inline to a client without the extension, and a tool error.
+  a tool error, and inline to a client without the extension (asked through MRTR).
 
 Each answer is then checked against the extension's JSON schema, the core schema and the
 SDK's models (:mod:`tasks_extension.wire_schema`); a failure names the request, the JSON
@@ -137,14 +138,6 @@ async def conformance_basics(wire: Wire) -> None:
         declared=False,
     )
     assert failed.error["code"] == -32603
-    needs = await wire.call(
-        "JSONRPCErrorResponse",
-        "confirm_delete inline (needs input it cannot ask)",
-        "confirm_delete",
-        arguments={},
-        declared=False,
-    )
-    assert needs.error["code"] == -32603
     bad = await wire.call(
         "JSONRPCErrorResponse",
         "slow_compute with a bad argument",
@@ -166,6 +159,38 @@ async def conformance_basics(wire: Wire) -> None:
         declared=False,
     )
     assert undeclared.error["code"] == -32021
+
+
+async def conformance_plain_input(wire: Wire) -> None:
+    """A client without the extension is asked through MRTR: the input-required result,
+    a retry with a wrong answer (-32602), the retry that completes the task inline."""
+    asked = await wire.call(
+        "InputRequiredResult",
+        "confirm_delete (no extension)",
+        "confirm_delete",
+        arguments={"filename": "b.txt"},
+        declared=False,
+    )
+    [key] = asked.result["inputRequests"]
+    retry = {"arguments": {"filename": "b.txt"}, "requestState": asked.result["requestState"]}
+    wrong = await wire.call(
+        "JSONRPCErrorResponse",
+        "confirm_delete retried with a wrong answer (no extension)",
+        "confirm_delete",
+        **retry,
+        inputResponses={key: {"action": "accept", "content": {"confirm": "y"}}},
+        declared=False,
+    )
+    assert wrong.error["code"] == -32602
+    done = await wire.call(
+        "CallToolResult",
+        "confirm_delete retried with the answer (no extension)",
+        "confirm_delete",
+        **retry,
+        inputResponses={key: {"action": "accept", "content": {"confirm": True}}},
+        declared=False,
+    )
+    assert done.result["content"][0]["text"] == "deleted b.txt"
 
 
 async def conformance_tasks(wire: Wire) -> None:
@@ -288,6 +313,7 @@ async def conformance_input(wire: Wire) -> None:
 
 async def conformance_flows(wire: Wire) -> None:
     await conformance_basics(wire)
+    await conformance_plain_input(wire)
     await conformance_tasks(wire)
     await conformance_input(wire)
 
@@ -297,7 +323,8 @@ async def conformance_flows(wire: Wire) -> None:
 
 async def bridge_flows(wire: Wire) -> None:
     """The plain tools (answers and tool errors) and the diagnosis through input to its
-    conclusion, inline, and as a tool error."""
+    conclusion, as a tool error, and inline to a client without the extension (asked
+    for the service through MRTR)."""
     await wire.send("ListToolsResult", "tools", "tools/list")
     plain = [
         ("get_incident", {"incident_id": SEED_INCIDENT}, False),
@@ -350,11 +377,21 @@ async def bridge_flows(wire: Wire) -> None:
         arguments={"incident_id": "INC-0000-NOPE"},
     )
     await wire.until(unknown.result["taskId"], "diagnose_root_cause, unknown incident", "completed")
+    asked = await wire.call(
+        "InputRequiredResult",
+        "diagnose_root_cause (no extension)",
+        "diagnose_root_cause",
+        arguments={"incident_id": SEED_INCIDENT},
+        declared=False,
+    )
+    [key] = asked.result["inputRequests"]
     inline = await wire.call(
         "CallToolResult",
-        "diagnose_root_cause inline (no extension)",
+        "diagnose_root_cause retried with the service (no extension)",
         "diagnose_root_cause",
-        arguments={"incident_id": SEED_INCIDENT, "service": "payments"},
+        arguments={"incident_id": SEED_INCIDENT},
+        requestState=asked.result["requestState"],
+        inputResponses={key: {"action": "accept", "content": {"service": "payments"}}},
         declared=False,
     )
     assert SEED_DEPLOY in inline.result["content"][0]["text"]
@@ -421,9 +458,14 @@ def test_the_conformance_flows_reach_every_state(conformance: list[Exchange]) ->
 @pytest.mark.requirement("B2.1", "B4.6", "B4.10")
 def test_every_bridge_answer_validates(bridge: list[Exchange]) -> None:
     """Every answer of Incident Bridge (plain tools, the diagnosis through input to its
-    conclusion, inline, a tool error) validates against the same schemas and models."""
+    conclusion, a tool error, inline through MRTR) validates against the same schemas and
+    models."""
     seen = set().union(*(tags(e) for e in bridge))
-    assert {"GetTaskResult:input_required", "GetTaskResult:completed:isError"} <= seen
+    expected = {
+        "GetTaskResult:input_required", "GetTaskResult:completed", "InputRequiredResult",
+        "GetTaskResult:completed:isError", "CallToolResult:isError", "error:-32602",
+    }  # fmt: skip
+    assert expected <= seen, f"never recorded: {sorted(expected - seen)}"
     failures = report(bridge)
     assert not failures, f"answers that break the 2026-07-28 schemas:\n{failures}"
 
