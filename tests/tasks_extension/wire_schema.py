@@ -13,16 +13,20 @@ what failed where:
   for the JSON-RPC envelope of every answer (``JSONRPCResultResponse``,
   ``JSONRPCErrorResponse``) and for the typed errors (-32602, -32603, -32020, -32021);
 * the SDK's own pydantic models of 2026-07-28 (``mcp_types._v2026_07_28``, strict mode).
-  The SDK has no model of the extension's task shapes, so a task answer is checked as a
-  ``Result`` and its parts as what they are: ``result`` a ``CallToolResult``,
-  ``inputRequests`` ``InputRequests``, ``error`` an ``Error``. Pydantic ignores unknown
-  keys; the JSON schemas are the strict check.
+  That package is private, but it is the SDK's only model of the exact 2026-07-28 wire:
+  the public ``mcp_types`` models are version-neutral (their ``CallToolResult`` defaults
+  a missing ``resultType`` to ``"complete"``, so they could not catch one). The SDK has
+  no model of the extension's task shapes, so a task answer is checked as a ``Result``
+  and its parts as what they are: ``result`` a ``CallToolResult``, ``inputRequests``
+  ``InputRequests``, ``error`` an ``Error``. Pydantic ignores unknown keys; the JSON
+  schemas are the strict check.
 
-``CHECKS`` adds what the JSON files leave to prose but the official TypeScript client
-(``@modelcontextprotocol/ext-tasks`` 0.2.2) enforces with its zod schemas: a completed
-task's ``result`` is a ``CallToolResult`` with ``resultType: "complete"`` (the client
-reported every Keel task as failed when it was not), and ``resultType`` is
-``"complete"`` / ``"input_required"`` on inline results. See ``schemas/README.md``.
+``CHECKS_SCHEMA`` (at the URI ``CHECKS``) adds what the JSON files leave to prose but
+the official TypeScript client (``@modelcontextprotocol/ext-tasks`` 0.2.2) enforces with
+its zod schemas: a completed task's ``result`` is a ``CallToolResult`` with ``resultType:
+"complete"`` (the client reported every Keel task as failed when it was not), and
+``resultType`` is ``"complete"`` / ``"input_required"`` on inline results. See
+``schemas/README.md``.
 """
 
 from __future__ import annotations
@@ -43,7 +47,17 @@ from referencing.jsonschema import DRAFT202012
 
 from tasks_extension.support import WAIT, Answer, post
 
-__all__ = ["CHECKS", "KINDS", "Exchange", "Kind", "Wire", "tags", "violations"]
+__all__ = [
+    "CHECKS",
+    "CHECKS_SCHEMA",
+    "KINDS",
+    "SCHEMAS",
+    "Exchange",
+    "Kind",
+    "Wire",
+    "tags",
+    "violations",
+]
 
 SCHEMAS = Path(__file__).resolve().parent / "schemas"
 EXT_FILE = "ext-tasks-2026-07-28.schema.json"
@@ -53,7 +67,7 @@ CORE = "urn:mcp:2026-07-28:schema.json"  # the core file has no $id; this names 
 CHECKS = "urn:keel:tests:wire-checks"
 FILES = {EXT: EXT_FILE, CORE: CORE_FILE, CHECKS: "wire_schema.CHECKS"}
 
-_CHECKS: dict[str, Any] = {
+CHECKS_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "$defs": {
         # ext-tasks 0.2.2 CompleteCallToolResultV2Schema (its client parses a completed
@@ -87,7 +101,7 @@ def _registry() -> Registry[Any]:
     core = json.loads((SCHEMAS / CORE_FILE).read_text(encoding="utf-8"))
     return Registry().with_resources(
         (uri, Resource.from_contents(contents, default_specification=DRAFT202012))
-        for uri, contents in ((EXT, ext), (CORE, core), (CHECKS, _CHECKS))
+        for uri, contents in ((EXT, ext), (CORE, core), (CHECKS, CHECKS_SCHEMA))
     )
 
 
@@ -200,6 +214,7 @@ class Exchange:
         return f"{self.method} [{self.label}] (must be {self.kind})"
 
 
+TERMINAL = {"completed", "failed", "cancelled"}
 DISCRIMINATORS = {"status", "type", "method", "mode"}  # keys whose const picks a variant
 
 
@@ -370,6 +385,8 @@ class Wire:
         with anyio.fail_after(WAIT):
             while True:
                 answer = await self.send("GetTaskResult", label, "tasks/get", {"taskId": task_id})
-                if answer.result["status"] in statuses:
+                status = answer.result["status"]
+                if status in statuses:
                     return answer.result
+                assert status not in TERMINAL, f"{label}: ended {status}, not {statuses}"
                 await anyio.sleep(0.02)
