@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Protocol
 
 from keel.bridge.errors import BridgeError, MalformedSource
+from keel.bridge.evidence import ScopedSpan
 from keel.bridge.otlp import OUTGOING, Row, read_spans
 from keel.bridge.records import NS_PER_MINUTE, Span
 from keel.errors import StoreError
@@ -37,6 +38,7 @@ __all__ = [
     "fingerprint",
 ]
 
+MAX_SCOPED = 40_000  # spans of a service in a window above which its traces are sampled
 INDEX_FORMAT = "2"  # bump when the schema changes: an older index is rebuilt
 _SQL = load_queries("keel.bridge", "index.sql")
 
@@ -290,6 +292,20 @@ class TraceIndex:
                     [r[2] for r in rows], errors, [(r[0], r[1], r[2], r[3]) for r in worst]
                 )
         return out
+
+    def scoped_spans(
+        self, service: str, start: int, end: int, *, limit: int = MAX_SCOPED
+    ) -> tuple[list[ScopedSpan], float]:
+        """Every span of the traces that reach ``service`` in [start, end), and the share
+        of those traces that was read: above ``limit`` spans of ``service`` in the
+        window, a deterministic sample of traces (by trace id) is read instead."""
+        first, last = start // NS_PER_MINUTE, -(-end // NS_PER_MINUTE)
+        with self._connect() as conn:
+            count = conn.execute(_SQL["count_spans"], (service, first, last)).fetchone()[0]
+            share = min(1.0, limit / count) if count else 1.0
+            bound = "g" if share >= 1.0 else f"{int(share * 0x10000):04x}"
+            rows = conn.execute(_SQL["scoped_spans"], (service, start, end, bound)).fetchall()
+        return rows, share
 
     def callers(
         self, services: Sequence[str], start: int, end: int
