@@ -14,7 +14,7 @@ from typing import Any, Literal, TypeVar
 
 from keel.errors import ConfigurationError, InvalidPayload
 from keel.model import InputRequest, JsonObject, JsonValue, Status, Task
-from keel.model.validation import check_key, check_schema, validate_input
+from keel.model.validation import check_answer_keys, check_key, check_schema, validate_input
 from keel.store import Clock, Store, open_store
 from keel.store.locations import parse_location, resolve_location
 
@@ -247,11 +247,16 @@ class Keel:
     ) -> Task:
         """Give a waiting task some or all of its input (``Store.provide_input``); a task
         that has all it asked for is ready again, and this process's workers hear of it
-        at once.
+        at once. ``answers`` are keyed by input request: ``{"input-1": {"service": "x"}}``.
 
         Raises:
+            UnknownInputKey: no key of ``answers`` (or ``declined``) is an open request of
+                the waiting task (nothing changes; the error names the keys expected).
             TaskNotFound, InvalidTransition, InputRejected: as ``Store.provide_input``.
         """
+        waiting = await self.store.get(task_id, owner=owner)
+        if waiting.status is Status.INPUT_REQUIRED:
+            check_answer_keys(waiting, [*answers, *(declined or {})])
         task = await self.store.provide_input(task_id, answers, owner=owner, declined=declined)
         if task.status is Status.WORKING:
             self._ready()
