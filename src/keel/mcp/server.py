@@ -26,7 +26,6 @@ import contextlib
 import hashlib
 import inspect
 import time
-import typing
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -48,6 +47,9 @@ from mcp_types import (
     RequestParams,
 )
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import BaseModel, GetJsonSchemaHandler
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 from keel.errors import (
     InvalidPayload,
@@ -64,6 +66,7 @@ from keel.mcp.wire import (
 from keel.model import INTERNAL_ERROR, Status, Task
 from keel.model.validation import validate_input
 from keel.runtime import Keel, TaskDefinition, Worker
+from keel.runtime.outcomes import ResultShape
 
 __all__ = ["TasksExtension", "keel_lifespan"]
 
@@ -114,17 +117,25 @@ def _check_name_header(ctx: ServerRequestContext[Any, Any], task_id: str) -> Non
 
 def _tool_for(definition: TaskDefinition) -> ToolBinding:
     """A tool whose signature is the handler's without its context: tools/list shows the
-    handler's arguments; the call itself is always answered by the extension."""
+    handler's arguments, and the ``outputSchema`` of its result if it is typed; the call
+    itself is always answered by the extension."""
     handler = definition.handler
-    signature = inspect.signature(handler)
+    # Evaluated annotations: strings (``from __future__ import annotations``) would reach
+    # pydantic as forward references it cannot resolve from the SDK's module.
+    signature = inspect.signature(handler, eval_str=True)
     parameters = list(signature.parameters.values())[1:]
-    hints = typing.get_type_hints(handler)
+    output = definition.output
 
     async def tool(**arguments: Any) -> Any:  # pragma: no cover - intercepted
         raise RuntimeError("answered by the Keel tasks extension")
 
-    tool.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
-    tool.__annotations__ = {p.name: hints[p.name] for p in parameters if p.name in hints}
+    tool.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=parameters,
+        return_annotation=inspect.Signature.empty if output is None else _advertised(output),
+    )
+    tool.__annotations__ = {
+        p.name: p.annotation for p in parameters if p.annotation is not inspect.Parameter.empty
+    }
     tool.__name__ = definition.name
     tool.__doc__ = definition.options.description
     return ToolBinding(
@@ -132,17 +143,40 @@ def _tool_for(definition: TaskDefinition) -> ToolBinding:
         kwargs={
             "name": definition.name,
             "description": definition.options.description,
-            # Results are whatever the handler returned (see keel.runtime.outcomes), not a
-            # value wrapped to match a generated output schema.
-            "structured_output": False,
+            # Results are built by Keel (keel.runtime.outcomes), not by the SDK from what
+            # this stand-in returns; the SDK only publishes the outputSchema, of a typed
+            # handler (structured_output=True) or of none (False).
+            "structured_output": output is not None,
         },
     )
+
+
+def _advertised(output: ResultShape) -> type[BaseModel]:
+    """A stand-in return type whose JSON Schema is the handler's ``outputSchema``.
+
+    The SDK derives a tool's outputSchema only from the return annotation (there is no
+    parameter for it), and cannot derive one from every type Keel accepts (a slots
+    dataclass, say). Its lowest public seam is pydantic's schema hook: this model's
+    schema is generated from the result type's own core schema, so tools/list shows
+    exactly ``output.schema``, the schema Keel's structured content is made to match.
+    """
+    core = output.adapter.core_schema
+
+    class Output(BaseModel):
+        @classmethod
+        def __get_pydantic_json_schema__(
+            cls, _core_schema: CoreSchema, handler: GetJsonSchemaHandler
+        ) -> JsonSchemaValue:
+            return handler(core)
+
+    Output.__name__ = Output.__qualname__ = f"{output.task}Output"
+    return Output
 
 
 def _signature_schema(definition: TaskDefinition, binding: ToolBinding) -> dict[str, Any]:
     """The arguments schema tools/list shows for a task without its own input_schema
     (derived from the handler's signature). Tasks with one are checked by Keel.submit."""
-    return Tool.from_function(binding.fn, name=definition.name).parameters
+    return Tool.from_function(binding.fn, name=definition.name, structured_output=False).parameters
 
 
 def _ask_first(
