@@ -47,9 +47,6 @@ from mcp_types import (
     RequestParams,
 )
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import BaseModel, GetJsonSchemaHandler
-from pydantic.json_schema import JsonSchemaValue
-from pydantic_core import CoreSchema
 
 from keel.errors import (
     InvalidPayload,
@@ -66,7 +63,6 @@ from keel.mcp.wire import (
 from keel.model import INTERNAL_ERROR, Status, Task
 from keel.model.validation import validate_input
 from keel.runtime import Keel, TaskDefinition, Worker
-from keel.runtime.outcomes import ResultShape
 
 __all__ = ["TasksExtension", "keel_lifespan"]
 
@@ -131,7 +127,7 @@ def _tool_for(definition: TaskDefinition) -> ToolBinding:
 
     tool.__signature__ = signature.replace(  # type: ignore[attr-defined]
         parameters=parameters,
-        return_annotation=inspect.Signature.empty if output is None else _advertised(output),
+        return_annotation=inspect.Signature.empty if output is None else output.model,
     )
     tool.__annotations__ = {
         p.name: p.annotation for p in parameters if p.annotation is not inspect.Parameter.empty
@@ -149,28 +145,6 @@ def _tool_for(definition: TaskDefinition) -> ToolBinding:
             "structured_output": output is not None,
         },
     )
-
-
-def _advertised(output: ResultShape) -> type[BaseModel]:
-    """A stand-in return type whose JSON Schema is the handler's ``outputSchema``.
-
-    The SDK derives a tool's outputSchema only from the return annotation (there is no
-    parameter for it), and cannot derive one from every type Keel accepts (a slots
-    dataclass, say). Its lowest public seam is pydantic's schema hook: this model's
-    schema is generated from the result type's own core schema, so tools/list shows
-    exactly ``output.schema``, the schema Keel's structured content is made to match.
-    """
-    core = output.adapter.core_schema
-
-    class Output(BaseModel):
-        @classmethod
-        def __get_pydantic_json_schema__(
-            cls, _core_schema: CoreSchema, handler: GetJsonSchemaHandler
-        ) -> JsonSchemaValue:
-            return handler(core)
-
-    Output.__name__ = Output.__qualname__ = f"{output.task}Output"
-    return Output
 
 
 def _signature_schema(definition: TaskDefinition, binding: ToolBinding) -> dict[str, Any]:

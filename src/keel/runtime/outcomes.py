@@ -28,7 +28,8 @@ from keel.model import INTERNAL_ERROR, JsonObject, JsonValue
 
 if TYPE_CHECKING:
     from jsonschema import Draft202012Validator
-    from pydantic import TypeAdapter
+    from pydantic import BaseModel, TypeAdapter
+    from pydantic.json_schema import GenerateJsonSchema
 
 __all__ = [
     "InputDeclined",
@@ -105,11 +106,15 @@ class ResultShape:
         self.type = annotation
         try:
             self.adapter: TypeAdapter[Any] = TypeAdapter(annotation)
-            self.schema: JsonObject = _inline_root(self.adapter.json_schema())
+            self.model = _stand_in(task, self.adapter)
+            """A model whose schema is the result type's (a tool's return annotation)."""
+            schema = TypeAdapter(self.model).json_schema(schema_generator=_strict_generator())
         except (PydanticUserError, TypeError, NameError, ValueError) as exc:
             raise ConfigurationError(
                 f"task {task!r} returns {_name(annotation)}, which has no JSON Schema: {exc}"
             ) from exc
+        self.schema: JsonObject = _inline_root(schema)
+        """The ``outputSchema``: what the MCP SDK publishes for :attr:`model`, exactly."""
         self._validator: Draft202012Validator | None = None
 
     @classmethod
@@ -166,6 +171,43 @@ class ResultShape:
         return None if error is None else f"{error.json_path}: {error.message}"
 
 
+def _stand_in(task: str, adapter: TypeAdapter[Any]) -> type[BaseModel]:
+    """A model whose JSON Schema is the result type's: what a tool's stand-in function
+    declares as its return type, since the MCP SDK derives a tool's outputSchema from
+    that annotation only (it has no parameter for one), and cannot derive one from every
+    type accepted here (a slots dataclass, say). pydantic's schema hook is the seam: the
+    schema is generated from the result type's own core schema, within the generator the
+    SDK runs, so what it publishes is :attr:`ResultShape.schema`."""
+    from pydantic import BaseModel, GetJsonSchemaHandler
+    from pydantic.json_schema import JsonSchemaValue
+    from pydantic_core import CoreSchema
+
+    core = adapter.core_schema
+
+    class Output(BaseModel):
+        @classmethod
+        def __get_pydantic_json_schema__(
+            cls, _core_schema: CoreSchema, handler: GetJsonSchemaHandler
+        ) -> JsonSchemaValue:
+            return handler(core)
+
+    Output.__name__ = Output.__qualname__ = f"{task}Output"
+    return Output
+
+
+def _strict_generator() -> type[GenerateJsonSchema]:
+    """A schema generator that raises where pydantic would warn (a default that is not
+    JSON, say), as the MCP SDK's does: such a type is refused at registration here rather
+    than when a server is built."""
+    from pydantic.json_schema import GenerateJsonSchema, JsonSchemaWarningKind
+
+    class Strict(GenerateJsonSchema):
+        def emit_warning(self, kind: JsonSchemaWarningKind, detail: str) -> None:
+            raise ValueError(f"{kind}: {detail}")
+
+    return Strict
+
+
 def _return_annotation(task: str, handler: Callable[..., Any]) -> Any:
     """The handler's return annotation, evaluated (only it: parameters may name types
     imported for type checkers only)."""
@@ -202,7 +244,7 @@ def _is_object_type(annotation: Any) -> bool:
 def _inline_root(schema: JsonObject) -> JsonObject:
     """An object root for a schema whose root is a bare ``$ref`` (a self-referential
     model), as MCP's ``outputSchema`` needs; ``$defs`` stays for the nested references.
-    The MCP SDK does the same to the schema it publishes, so the two stay equal."""
+    The MCP SDK does the same to the schema it publishes."""
     ref = schema.get("$ref")
     prefix = "#/$defs/"
     if not isinstance(ref, str) or not ref.startswith(prefix):
