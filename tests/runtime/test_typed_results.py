@@ -12,11 +12,11 @@ import sys
 import typing
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, NotRequired
+from typing import Annotated, Any, NotRequired
 
 import jsonschema
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, PlainSerializer, computed_field
 from typing_extensions import TypedDict  # pydantic's choice below Python 3.12
 
 from keel.errors import ConfigurationError
@@ -58,6 +58,20 @@ class Verdict(BaseModel):
 class Tree(BaseModel):
     name: str
     children: list[Tree] = []
+
+
+class Sized(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    items: list[str]
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def count(self) -> int:
+        return len(self.items)
+
+
+class Lying(BaseModel):
+    n: Annotated[int, PlainSerializer(str)]  # validates an integer, dumps a string
 
 
 REPORT: Report = {"service": "payments", "errors": 3, "spans": [{"name": "charge", "ms": 2.5}]}
@@ -198,6 +212,40 @@ async def test_a_result_of_the_wrong_shape_fails_the_task_at_once(store: Store) 
         .error["message"]
         .startswith("the result of task 'missing' does not match its outputSchema: the value: ")
     )
+
+
+async def test_types_that_dump_otherwise_than_they_validate_are_checked(store: Store) -> None:
+    """Where a type's serialization schema differs from the published (validation) one,
+    each result is also checked against the published schema with jsonschema: a computed
+    field beside extra="forbid", a serializer that changes the type. Such results fail
+    the task rather than go out contradicting the outputSchema."""
+    app = Keel(store)
+
+    @app.task("sized")
+    async def sized(ctx: TaskContext) -> Sized:
+        return Sized(items=["a", "b"])
+
+    @app.task("lying")
+    async def lying(ctx: TaskContext) -> Lying:
+        return Lying(n=1)
+
+    @app.task("plain")
+    async def plain(ctx: TaskContext) -> Report:
+        return REPORT
+
+    checked = {name: d.output.checked for name, d in app.tasks.items() if d.output}
+    assert checked == {"sized": True, "lying": True, "plain": False}
+    tasks = [await app.submit(name) for name in ("sized", "lying")]
+    async with running(worker(app)):
+        done = [await settles(store, t.task_id) for t in tasks]
+    assert [(t.status, t.attempt) for t in done] == [(Status.FAILED, 1)] * 2
+    messages = [t.error["message"] for t in done if t.error]
+    assert messages == [
+        "the result of task 'sized' does not match its outputSchema: $: Additional "
+        "properties are not allowed ('count' was unexpected)",
+        "the result of task 'lying' does not match its outputSchema: $.n: '1' is not of "
+        "type 'integer'",
+    ]
 
 
 def test_return_types_without_a_schema_are_refused_at_registration() -> None:
