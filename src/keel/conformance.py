@@ -17,7 +17,7 @@ from __future__ import annotations
 import anyio
 from mcp.server import MCPServer
 
-from keel.mcp.server import TasksExtension, keel_lifespan
+from keel.mcp.serving import app_server
 from keel.runtime import Keel, TaskContext, TaskFailed, ToolError
 
 __all__ = ["app", "build_server"]
@@ -96,10 +96,8 @@ def build_server(
     keel_app: Keel = app, *, run_workers: bool = True, rate_limit_polls: bool = False
 ) -> MCPServer:
     """The conformance server over ``keel_app`` (its store and workers)."""
-    server: MCPServer = MCPServer(
-        "keel-conformance",
-        extensions=[TasksExtension(keel_app, rate_limit_polls=rate_limit_polls)],
-        lifespan=keel_lifespan(keel_app, run_workers=run_workers),
+    server = app_server(
+        keel_app, "keel-conformance", rate_limit_polls=rate_limit_polls, run_workers=run_workers
     )
 
     @server.tool()

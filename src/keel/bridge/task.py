@@ -26,6 +26,7 @@ import anyio.to_thread
 from keel.bridge import diagnosis
 from keel.bridge.core import Bridge, open_bridge
 from keel.bridge.errors import BridgeError
+from keel.bridge.results import Diagnosis
 from keel.bridge.settings import BridgeSettings
 from keel.runtime import Keel, TaskContext, ToolError, ToolResult
 from keel.store import Store
@@ -96,7 +97,7 @@ def build_app(settings: BridgeSettings | None = None, store: str | Store | None 
     )
     async def diagnose_root_cause(
         ctx: TaskContext, incident_id: str, service: str | None = None
-    ) -> ToolResult:
+    ) -> ToolResult[Diagnosis]:
         try:
             bridge: Bridge = await anyio.to_thread.run_sync(open_bridge, settings)
             loaded = await phase(ctx, "load-incident", diagnosis.load_incident, bridge, incident_id)

@@ -15,7 +15,6 @@ from typing import Any
 
 import click
 
-from keel import __version__
 from keel.cli.bridge import bridge
 from keel.cli.common import (
     CliState,
@@ -34,6 +33,14 @@ from keel.store import ENV_VAR
 __all__ = ["cli", "main"]
 
 
+def _show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        import keel  # its version is read on first use, not by every command
+
+        click.echo(f"keel, version {keel.__version__}")
+        ctx.exit()
+
+
 class KeelGroup(click.Group):
     """A group that reports Keel's own errors as one line and exit code 1."""
 
@@ -45,7 +52,14 @@ class KeelGroup(click.Group):
 
 
 @click.group(cls=KeelGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, "--version", prog_name="keel")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_show_version,
+    help="Show the version and exit.",
+)
 @store_option
 def cli() -> None:
     """Keel: durable long-running tasks for MCP servers.

@@ -26,7 +26,6 @@ import contextlib
 import hashlib
 import inspect
 import time
-import typing
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -139,17 +138,25 @@ def _check_name_header(ctx: ServerRequestContext[Any, Any], task_id: str) -> Non
 
 def _tool_for(definition: TaskDefinition) -> ToolBinding:
     """A tool whose signature is the handler's without its context: tools/list shows the
-    handler's arguments; the call itself is always answered by the extension."""
+    handler's arguments, and the ``outputSchema`` of its result if it is typed; the call
+    itself is always answered by the extension."""
     handler = definition.handler
-    signature = inspect.signature(handler)
+    # Evaluated annotations: strings (``from __future__ import annotations``) would reach
+    # pydantic as forward references it cannot resolve from the SDK's module.
+    signature = inspect.signature(handler, eval_str=True)
     parameters = list(signature.parameters.values())[1:]
-    hints = typing.get_type_hints(handler)
+    output = definition.output
 
     async def tool(**arguments: Any) -> Any:  # pragma: no cover - intercepted
         raise RuntimeError("answered by the Keel tasks extension")
 
-    tool.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
-    tool.__annotations__ = {p.name: hints[p.name] for p in parameters if p.name in hints}
+    tool.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=parameters,
+        return_annotation=inspect.Signature.empty if output is None else output.model,
+    )
+    tool.__annotations__ = {
+        p.name: p.annotation for p in parameters if p.annotation is not inspect.Parameter.empty
+    }
     tool.__name__ = definition.name
     tool.__doc__ = definition.options.description
     return ToolBinding(
@@ -157,9 +164,10 @@ def _tool_for(definition: TaskDefinition) -> ToolBinding:
         kwargs={
             "name": definition.name,
             "description": definition.options.description,
-            # Results are whatever the handler returned (see keel.runtime.outcomes), not a
-            # value wrapped to match a generated output schema.
-            "structured_output": False,
+            # Results are built by Keel (keel.runtime.outcomes), not by the SDK from what
+            # this stand-in returns; the SDK only publishes the outputSchema, of a typed
+            # handler (structured_output=True) or of none (False).
+            "structured_output": output is not None,
         },
     )
 
@@ -167,7 +175,7 @@ def _tool_for(definition: TaskDefinition) -> ToolBinding:
 def _signature_schema(definition: TaskDefinition, binding: ToolBinding) -> dict[str, Any]:
     """The arguments schema tools/list shows for a task without its own input_schema
     (derived from the handler's signature). Tasks with one are checked by Keel.submit."""
-    return Tool.from_function(binding.fn, name=definition.name).parameters
+    return Tool.from_function(binding.fn, name=definition.name, structured_output=False).parameters
 
 
 def _ask_first(
