@@ -13,9 +13,9 @@ from typing import Literal
 # pydantic reads TypedDicts from typing_extensions only, below Python 3.12.
 from typing_extensions import TypedDict
 
-__all__ = ["Citation", "Claim", "Diagnosis", "Hypothesis", "RootCause", "ServiceScore"]
+__all__ = ["Citation", "Claim", "Diagnosis", "Hypothesis", "RootCause", "Suspect", "Symptom"]
 
-Kind = Literal["config_change", "bad_deploy", "saturation", "degradation"]
+Kind = Literal["config_change", "bad_deploy", "saturation", "degradation", "dependency"]
 
 
 class Citation(TypedDict):
@@ -37,10 +37,12 @@ class Claim(TypedDict):
 
 
 class RootCause(TypedDict):
-    """The top hypothesis, in short."""
+    """The top hypothesis, in short: ``service`` names the cause, a service or (with
+    ``target`` "dependency") a database, queue, cache or external API."""
 
     kind: Kind
     service: str
+    target: Literal["service", "dependency"]
     deploy_id: str | None
     summary: str
 
@@ -51,6 +53,7 @@ class Hypothesis(RootCause):
     score: float
     claims: list[Claim]
     rank: int
+    path: list[str]
 
 
 class Windows(TypedDict):
@@ -60,20 +63,31 @@ class Windows(TypedDict):
     during: list[str]
 
 
-class ServiceScore(TypedDict):
-    """How far an anomalous service moved from its baseline."""
+class Symptom(TypedDict, total=False):
+    """How the symptomatic service's requests changed (before, during)."""
 
-    score: float
-    signals: list[str]
-    error_rate_before: float
-    error_rate_during: float
+    changed: bool
+    why: str
+    error_rate: list[float]
+    ms_per_request: list[float]
     error_z: float
-    p50_before_ms: float
-    p50_during_ms: float
-    p50_ratio: float
-    p95_ratio: float
     latency_z: float
-    spans_during: int
+    errors_rose: bool
+    slower: bool
+
+
+class Suspect(TypedDict):
+    """A service or dependency whose own change accounts for part of the symptom's."""
+
+    kind: Literal["service", "dependency"]
+    share: float
+    error_share: float
+    time_share: float
+    blamed_rate: list[float]
+    blame_z: float
+    ms_per_request: list[float]
+    time_z: float
+    signals: list[str]
 
 
 class Diagnosis(TypedDict):
@@ -89,5 +103,7 @@ class Diagnosis(TypedDict):
     path: list[str]
     incident_claim: Claim
     hypotheses: list[Hypothesis]
-    anomalous_services: dict[str, ServiceScore]
+    symptom: Symptom
+    suspects: dict[str, Suspect]
+    sampled: float
     citations: list[Citation]

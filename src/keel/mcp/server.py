@@ -49,7 +49,7 @@ from mcp_types import (
 )
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from keel.errors import InvalidTransition, KeelError
+from keel.errors import InvalidTransition, KeelError, UnknownInputKey
 from keel.mcp.wire import (
     TASKS_EXTENSION,
     create_task_result,
@@ -321,8 +321,10 @@ class TasksExtension(Extension):
         try:
             answers, declined = input_from_wire(responses)
             await self.app.answer(task.task_id, answers, owner=task.owner, declined=declined)
-        except InvalidTransition:
-            pass  # it ended or moved on meanwhile: the ack is eventually consistent
+        except (InvalidTransition, UnknownInputKey):
+            # It ended or moved on meanwhile, or a concurrent update answered the same
+            # key first: the spec ignores answers to requests that are not outstanding.
+            pass
         except KeelError as exc:  # InputRejected names the field; the request stays
             raise mcp_error(exc) from exc
 
