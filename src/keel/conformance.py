@@ -14,6 +14,8 @@ conformance``), built with Keel's public API only.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import anyio
 from mcp.server import MCPServer
 
@@ -93,11 +95,20 @@ async def test_tool_with_task(ctx: TaskContext) -> str:
 
 
 def build_server(
-    keel_app: Keel = app, *, run_workers: bool = True, rate_limit_polls: bool = False
+    keel_app: Keel = app,
+    *,
+    run_workers: bool = True,
+    rate_limit_polls: bool = False,
+    state_dir: Path | None = None,
 ) -> MCPServer:
-    """The conformance server over ``keel_app`` (its store and workers)."""
+    """The conformance server over ``keel_app`` (its store and workers); ``state_dir``
+    keeps its request-state key (see ``keel.mcp.serving.app_server``)."""
     server = app_server(
-        keel_app, "keel-conformance", rate_limit_polls=rate_limit_polls, run_workers=run_workers
+        keel_app,
+        "keel-conformance",
+        rate_limit_polls=rate_limit_polls,
+        run_workers=run_workers,
+        state_dir=state_dir,
     )
 
     @server.tool()

@@ -269,7 +269,12 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
         if app_spec == "conformance":
             from keel.conformance import build_server
 
-            server = build_server(app, run_workers=not no_worker, rate_limit_polls=rate_limit_polls)
+            server = build_server(
+                app,
+                run_workers=not no_worker,
+                rate_limit_polls=rate_limit_polls,
+                state_dir=data_dir,
+            )
         else:
             server = app_server(
                 app,
@@ -277,6 +282,7 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
                 rate_limit_polls=rate_limit_polls,
                 concurrency=concurrency,
                 run_workers=not no_worker,
+                state_dir=data_dir,
             )
         title = f"app {app_spec}"
     app.store  # noqa: B018 - open the store now: one clear error if it cannot be opened
@@ -364,6 +370,7 @@ def _bridge(
         rate_limit_polls=rate_limit_polls,
         concurrency=concurrency,
         run_workers=run_workers,
+        state_dir=data_dir,
     )
     add_tools(server, settings)
     lines = [f"  {line}" for line in paths.describe().splitlines()]

@@ -4,12 +4,14 @@ the conformance app: one place, so that every one of them says who it is the sam
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from mcp.server import MCPServer
 
 import keel
 from keel.mcp.server import TasksExtension, keel_lifespan
+from keel.mcp.state_key import request_state_security
 from keel.runtime import Keel
 
 __all__ = ["app_server"]
@@ -22,13 +24,23 @@ def app_server(
     rate_limit_polls: bool = False,
     concurrency: int = 4,
     run_workers: bool = True,
+    state_dir: Path | None = None,
 ) -> MCPServer[Any]:
     """An ``MCPServer`` named ``name`` serving ``app``'s tasks through the tasks extension,
     with ``concurrency`` workers in its lifespan (none unless ``run_workers``); its
-    ``serverInfo.version`` is Keel's version. Plain tools may be added to it."""
+    ``serverInfo.version`` is Keel's version. Plain tools may be added to it.
+
+    ``state_dir`` keeps the key that seals ``requestState`` (see ``keel.mcp.state_key``),
+    so a client asked for input before a restart can still answer after it; without one
+    the key lives in this process only.
+
+    Raises:
+        ConfigurationError: the request-state key cannot be read or is too short.
+    """
     return MCPServer(
         name,
         version=keel.__version__,
+        request_state_security=request_state_security(state_dir),
         extensions=[TasksExtension(app, rate_limit_polls=rate_limit_polls)],
         lifespan=keel_lifespan(app, concurrency=concurrency, run_workers=run_workers),
     )
