@@ -128,7 +128,77 @@ def _drop_duplicates(conn: sqlite3.Connection, stats: dict[tuple[str, int], list
     return len(dropped)
 
 
-def build_index(  # noqa: PLR0915 - one transaction, start to swap, reads best in one piece
+class _Ingest:
+    """One ingest's state: the connection to the new file, the per-minute aggregates, the
+    counts, and who is told how it goes."""
+
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        read: Callable[[Path], Iterable[list[Row]]],
+        log: Callable[[str], object] | None,
+        progress: Progress | None,
+        batch_size: int,
+    ) -> None:
+        self.conn, self.read, self.log, self.progress = conn, read, log, progress
+        self.batch_size = batch_size
+        self.began = time.perf_counter()
+        self.stats: dict[tuple[str, int], list[int]] = {}
+        self.sources: list[tuple[str, int, int, int]] = []
+        self.total = self.done = self.duplicates = 0
+
+    def file(self, path: Path) -> None:
+        """Store the spans of one file, in batches."""
+        count = 0
+        pending: list[Row] = []
+        for rows in self.read(path):
+            _accumulate(self.stats, rows)
+            pending.extend(rows)
+            if len(pending) >= self.batch_size:
+                self.conn.executemany(_SQL["insert_span"], pending)
+                count += len(pending)
+                pending = []
+                if self.progress is not None:
+                    self.progress.advance(self.done, self.total + count)
+        if pending:
+            self.conn.executemany(_SQL["insert_span"], pending)
+            count += len(pending)
+        self.total += count
+        st = path.stat()
+        self.done += st.st_size
+        if self.progress is not None:
+            self.progress.advance(self.done, self.total)
+        self.sources.append((str(path.resolve()), st.st_size, st.st_mtime_ns, count))
+        if self.log is not None:
+            rate = self.total / max(time.perf_counter() - self.began, 1e-9)
+            self.log(f"  indexed {path.name}: {count:,} spans ({rate:,.0f} spans/s so far)")
+
+    def finish(self, files: Sequence[Path]) -> None:
+        """Index, drop duplicate spans, store the aggregates and what was read."""
+        conn = self.conn
+        conn.executescript(_SQL["indexes"])  # commits the open transaction first
+        conn.execute("BEGIN")
+        self.duplicates = _drop_duplicates(conn, self.stats)
+        self.total -= self.duplicates
+        conn.executemany(
+            _SQL["insert_minute"],
+            [(s, m, *agg) for (s, m), agg in sorted(self.stats.items()) if agg[0]],
+        )
+        conn.executemany("INSERT INTO sources VALUES (?, ?, ?, ?)", self.sources)
+        minutes = [m for _, m in self.stats]
+        meta = {
+            "format": INDEX_FORMAT,
+            "fingerprint": json.dumps(fingerprint(files)),
+            "spans": str(self.total),
+            "first_ns": str(min(minutes, default=0) * NS_PER_MINUTE),
+            "last_ns": str((max(minutes, default=0) + 1) * NS_PER_MINUTE),
+        }
+        conn.executemany("INSERT INTO meta VALUES (?, ?)", meta.items())
+        conn.execute("COMMIT")
+        conn.execute("ANALYZE")
+
+
+def build_index(
     files: Sequence[Path],
     dest: Path,
     *,
@@ -145,12 +215,9 @@ def build_index(  # noqa: PLR0915 - one transaction, start to swap, reads best i
             is left as it was.
         StoreError: SQLite failed (disk full …); ``dest`` is left as it was.
     """
-    began = time.perf_counter()
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f"{dest.name}.building-{os.getpid()}")
     tmp.unlink(missing_ok=True)
-    stats: dict[tuple[str, int], list[int]] = {}
-    total = duplicates = done = 0
     size = sum(f.stat().st_size for f in files)
     if progress is not None:
         progress.start(size)
@@ -163,50 +230,10 @@ def build_index(  # noqa: PLR0915 - one transaction, start to swap, reads best i
             conn.execute("PRAGMA cache_size = -65536")  # KiB: 64 MiB of page cache at most
             conn.executescript(_SQL["schema"])
             conn.execute("BEGIN")
-            sources = []
+            ingest = _Ingest(conn, read, log, progress, batch_size)
             for path in files:
-                count = 0
-                pending: list[Row] = []
-                for rows in read(path):
-                    _accumulate(stats, rows)
-                    pending.extend(rows)
-                    if len(pending) >= batch_size:
-                        conn.executemany(_SQL["insert_span"], pending)
-                        count += len(pending)
-                        pending = []
-                        if progress is not None:
-                            progress.advance(done, total + count)
-                if pending:
-                    conn.executemany(_SQL["insert_span"], pending)
-                    count += len(pending)
-                total += count
-                st = path.stat()
-                done += st.st_size
-                if progress is not None:
-                    progress.advance(done, total)
-                sources.append((str(path.resolve()), st.st_size, st.st_mtime_ns, count))
-                if log is not None:
-                    rate = total / max(time.perf_counter() - began, 1e-9)
-                    log(f"  indexed {path.name}: {count:,} spans ({rate:,.0f} spans/s so far)")
-            conn.executescript(_SQL["indexes"])  # commits the open transaction first
-            conn.execute("BEGIN")
-            duplicates = _drop_duplicates(conn, stats)
-            total -= duplicates
-            conn.executemany(
-                _SQL["insert_minute"],
-                [(s, m, *agg) for (s, m), agg in sorted(stats.items()) if agg[0]],
-            )
-            conn.executemany("INSERT INTO sources VALUES (?, ?, ?, ?)", sources)
-            meta = {
-                "format": INDEX_FORMAT,
-                "fingerprint": json.dumps(fingerprint(files)),
-                "spans": str(total),
-                "first_ns": str(min((m for _, m in stats), default=0) * NS_PER_MINUTE),
-                "last_ns": str((max((m for _, m in stats), default=0) + 1) * NS_PER_MINUTE),
-            }
-            conn.executemany("INSERT INTO meta VALUES (?, ?)", meta.items())
-            conn.execute("COMMIT")
-            conn.execute("ANALYZE")
+                ingest.file(path)
+            ingest.finish(files)
         finally:
             conn.close()
         _fsync(tmp)
@@ -222,7 +249,8 @@ def build_index(  # noqa: PLR0915 - one transaction, start to swap, reads best i
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    return IngestReport(len(files), total, size, time.perf_counter() - began, duplicates)
+    seconds = time.perf_counter() - ingest.began
+    return IngestReport(len(files), ingest.total, size, seconds, ingest.duplicates)
 
 
 @dataclass(frozen=True, slots=True)
