@@ -472,7 +472,7 @@ def rank_hypotheses(
         "confidence": confidence,
         "root_cause": None
         if top is None
-        else {k: top[k] for k in ("kind", "service", "target", "deploy_id", "summary")},
+        else {k: top[k] for k in ("kind", "service", "type", "deploy_id", "summary")},
         "path": top["path"] if top is not None else [symptom],
         "incident_claim": incident_claim,
         "hypotheses": hypotheses,
@@ -572,7 +572,7 @@ def _told(  # noqa: PLR0917 - one hypothesis and everything needed to tell it
         "rank": rank,
         "kind": hypothesis["kind"],
         "service": hypothesis["service"],
-        "target": "service" if change is not None else target,
+        "type": "service" if change is not None else target,
         "deploy_id": hypothesis["deploy_id"],
         "score": round(hypothesis["score"], 4),
         "summary": summary,

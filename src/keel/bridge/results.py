@@ -38,11 +38,11 @@ class Claim(TypedDict):
 
 class RootCause(TypedDict):
     """The top hypothesis, in short: ``service`` names the cause, a service or (with
-    ``target`` "dependency") a database, queue, cache or external API."""
+    ``type`` "dependency") a database, queue, cache or external API."""
 
     kind: Kind
     service: str
-    target: Literal["service", "dependency"]
+    type: Literal["service", "dependency"]
     deploy_id: str | None
     summary: str
 
