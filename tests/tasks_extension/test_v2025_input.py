@@ -1,0 +1,106 @@
+"""Input on the 2025-11-25 wire (spec part A7): the task asks through
+``elicitation/create`` while ``tasks/result`` (or a plain ``tools/call``) waits, and a
+client that cannot be asked never strands a task."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from mcp.server import MCPServer
+
+from keel.mcp.client_v2025 import LegacyClient, RpcError
+from keel.mcp.v2025 import CANNOT_ASK, RELATED_TASK
+from keel.runtime import Keel
+from tasks_extension.support import WAIT, serve_http
+
+pytestmark = pytest.mark.anyio
+
+
+def answers(**by_message: dict[str, Any]) -> Any:
+    """An ``on_input`` that answers each question (by its message) from ``by_message``."""
+
+    async def on_input(message: str, schema: dict[str, Any], task_id: str | None) -> Any:
+        return by_message[message]
+
+    return on_input
+
+
+@pytest.mark.requirement("A5.2", "A7.1", "A7.2")
+@pytest.mark.parametrize(
+    ("json_response", "stream"), [(False, "tasks/result"), (True, "GET")], ids=["sse", "json"]
+)
+async def test_input_is_asked_on_the_tasks_result_stream_and_the_task_goes_on(
+    mcp_server: MCPServer[Any], keel_app: Keel, json_response: bool, stream: str
+) -> None:
+    """A task that asks two questions in turn: each comes as an ``elicitation/create``
+    carrying the related-task ``_meta``, on the tasks/result SSE stream (or the GET
+    stream of a server that answers in JSON); the answers reach the task, which leaves
+    input_required and completes; tasks/result answers its result."""
+    on_input = answers(
+        **{"Which service?": {"service": "payments"}, "Restart it?": {"confirm": True}}
+    )
+    async with (
+        serve_http(mcp_server, json_response=json_response) as url,
+        LegacyClient(url, on_input=on_input, timeout=WAIT) as client,
+    ):
+        created = await client.call_task("sequence", {})
+        waiting = await client.until(created["taskId"], "input_required", limit=WAIT)
+        assert waiting["status"] == "input_required"
+        result = await client.result(created["taskId"])
+        assert result["structuredContent"] == {"service": "payments", "restart": True}
+        assert [(via, q["message"]) for via, q in client.questions] == [
+            (stream, "Which service?"),
+            (stream, "Restart it?"),
+        ]
+        for _, question in client.questions:
+            assert question["_meta"][RELATED_TASK] == {"taskId": created["taskId"]}
+            assert question["requestedSchema"]["type"] == "object"
+    history = await keel_app.store.history(created["taskId"])
+    statuses = [event.to_status.value for event in history]
+    assert statuses.count("input_required") == 2
+    assert statuses[-1] == "completed"
+
+
+@pytest.mark.requirement("A7.1")
+async def test_a_plain_tools_call_asks_on_its_own_stream(mcp_server: MCPServer[Any]) -> None:
+    """Without ``params.task`` the call waits for the task and asks its questions (both
+    at once here) on the call's own stream, then answers the result inline."""
+    on_input = answers(**{"Which service?": {"service": "search"}, "Proceed?": {"confirm": False}})
+    async with (
+        serve_http(mcp_server, json_response=False) as url,
+        LegacyClient(url, on_input=on_input, timeout=WAIT) as client,
+    ):
+        result = await client.request("tools/call", {"name": "two", "arguments": {}})
+        assert result["structuredContent"] == {"service": "search", "confirm": False}
+        assert sorted(q["message"] for _, q in client.questions) == ["Proceed?", "Which service?"]
+        assert {via for via, _ in client.questions} == {"tools/call"}
+
+
+@pytest.mark.requirement("K20")
+@pytest.mark.parametrize("augmented", [True, False], ids=["tasks-result", "plain-call"])
+async def test_a_client_that_cannot_be_asked_gets_minus_32021_and_the_task_is_cancelled(
+    mcp_server: MCPServer[Any], keel_app: Keel, augmented: bool
+) -> None:
+    """A client without the elicitation capability waiting on a task that needs input
+    gets -32021 (naming the task and the capability it lacks), not -32603; the task is
+    cancelled with the reason in its history, never left waiting."""
+    async with serve_http(mcp_server) as url, LegacyClient(url, timeout=WAIT) as client:
+        arguments = {"incident_id": "INC-7"}
+        if augmented:
+            created = await client.call_task("ask", arguments)
+            with pytest.raises(RpcError) as refused:
+                await client.result(created["taskId"])
+        else:
+            with pytest.raises(RpcError) as refused:
+                await client.request("tools/call", {"name": "ask", "arguments": arguments})
+        assert refused.value.code == CANNOT_ASK
+        task_id = refused.value.data["taskId"]
+        assert refused.value.data["requiredCapabilities"] == {"elicitation": {"form": {}}}
+        shown = await client.get(task_id)
+        assert shown["status"] == "cancelled"
+        assert "elicitation" in shown["statusMessage"]
+    [*_, last] = await keel_app.store.history(task_id)
+    assert (last.from_status.value, last.to_status.value) == ("input_required", "cancelled")
+    assert last.reason is not None
+    assert "no form elicitation capability" in last.reason
