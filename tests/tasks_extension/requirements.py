@@ -211,6 +211,13 @@ PART_A: tuple[Requirement, ...] = (
         "elicitation) answers -32021, not -32603, and is cancelled, the reason in its history.",
         "[I12] plain clients never strand a task",
     ),
+    Requirement(
+        "K21",
+        "MUST",
+        "A task created over 2025-11-25 survives a SIGKILL of keel serve and is finished "
+        "through tasks/result after the restart.",
+        "[I12] dual stack: same durability",
+    ),
 )
 
 ALL: tuple[Requirement, ...] = (
