@@ -218,6 +218,12 @@ PART_A: tuple[Requirement, ...] = (
         "through tasks/result after the restart.",
         "[I12] dual stack: same durability",
     ),
+    Requirement(
+        "K22",
+        "MUST",
+        "keel demo --protocol 2025-11-25 plays the incident end to end over that protocol.",
+        "[I12] done when",
+    ),
 )
 
 ALL: tuple[Requirement, ...] = (
