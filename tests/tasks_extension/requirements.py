@@ -122,6 +122,13 @@ PART_A: tuple[Requirement, ...] = (
         f"A4 {_V1} §Listing Tasks",
     ),
     Requirement(
+        "A4.5",
+        "MAY",
+        "notifications/tasks/status carries the full Task on each status change (sent while "
+        "tasks/result waits; no related-task _meta, which it SHOULD NOT carry).",
+        f"A4 {_V1} §Task Status Notification, A5",
+    ),
+    Requirement(
         "A5.1",
         "MUST",
         "The tasks/result answer carries _meta io.modelcontextprotocol/related-task {taskId}.",

@@ -104,3 +104,29 @@ async def test_a_client_that_cannot_be_asked_gets_minus_32021_and_the_task_is_ca
     assert (last.from_status.value, last.to_status.value) == ("input_required", "cancelled")
     assert last.reason is not None
     assert "no form elicitation capability" in last.reason
+
+
+@pytest.mark.requirement("A4.5")
+async def test_tasks_result_streams_each_status_change_as_a_notification(
+    mcp_server: MCPServer[Any],
+) -> None:
+    """While tasks/result waits on an SSE stream, each change of the task's status comes
+    as ``notifications/tasks/status`` carrying the whole 2025 Task (no related-task
+    ``_meta``), the terminal one last."""
+    on_input = answers(
+        **{"Which service?": {"service": "payments"}, "Restart it?": {"confirm": True}}
+    )
+    async with (
+        serve_http(mcp_server, json_response=False) as url,
+        LegacyClient(url, on_input=on_input, timeout=WAIT) as client,
+    ):
+        created = await client.call_task("sequence", {})
+        await client.result(created["taskId"])
+    notes = [n for n in client.notifications if n["method"] == "notifications/tasks/status"]
+    statuses = [note["params"]["status"] for note in notes]
+    assert statuses.count("input_required") == 2
+    assert statuses[-1] == "completed"
+    for note in notes:
+        assert note["params"]["taskId"] == created["taskId"]
+        assert {"createdAt", "lastUpdatedAt", "ttl"} <= set(note["params"])
+        assert RELATED_TASK not in (note["params"].get("_meta") or {})

@@ -23,7 +23,9 @@ differ, the store keeps one truth and the wire translates here:
   request's SSE stream, or on the GET stream when the server answers in JSON. A client
   that cannot be asked (no form ``elicitation`` capability, or no channel) gets
   :data:`CANNOT_ASK` (``-32021``) and the task is cancelled, the reason in its history:
-  a plain client never strands a task.
+  a plain client never strands a task;
+* while ``tasks/result`` waits, each change of status is sent as
+  ``notifications/tasks/status`` (on its stream, or the GET stream; best effort).
 
 The hooks, for the SDK (``mcp`` 2.3.0, pinned): ``tasks/*`` are not spec methods, so the
 extension's method bindings serve both generations (``TasksExtension`` calls the handlers
@@ -38,7 +40,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 import anyio
 from mcp.server import ServerRequestContext
@@ -55,6 +57,9 @@ from mcp_types import (
     ElicitRequestFormParams,
     ElicitResult,
     RequestParams,
+    ServerNotification,
+    TaskStatusNotification,
+    TaskStatusNotificationParams,
 )
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
@@ -314,7 +319,13 @@ class LegacyTasks:
     ) -> HandlerResult:
         """Wait for the task to end, asking the client for input when it needs some;
         answer its tool result (or raise its error)."""
-        while not task.status.terminal:
+        seen: tuple[Status, str | None] | None = None
+        while True:
+            if related and (task.status, task.status_message) != seen:
+                seen = (task.status, task.status_message)
+                await self._notify(ctx, task)
+            if task.status.terminal:
+                break
             if task.status is Status.INPUT_REQUIRED:
                 await self._ask(ctx, task)
             else:
@@ -328,6 +339,17 @@ class LegacyTasks:
             meta = result.get("_meta") or {}
             result["_meta"] = {**meta, RELATED_TASK: {"taskId": task.task_id}}
         return result
+
+    async def _notify(self, ctx: ServerRequestContext[Any, Any], task: Task) -> None:
+        """``notifications/tasks/status`` (best effort): on the waiting request's stream,
+        or the GET stream when the server answers in JSON."""
+        params = TaskStatusNotificationParams.model_validate(self.wire(task))
+        related = ctx.request_id if ctx.session.can_send_request else None
+        # The SDK's ServerNotification union lacks this 2025-11-25 notification, which the
+        # session only serializes: the cast is for the type checker alone.
+        notification = cast("ServerNotification", TaskStatusNotification(params=params))
+        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+            await ctx.session.send_notification(notification, related_request_id=related)
 
     async def _ask(self, ctx: ServerRequestContext[Any, Any], task: Task) -> None:
         """Ask each outstanding input request through ``elicitation/create`` and give the
