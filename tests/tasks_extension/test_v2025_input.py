@@ -10,6 +10,7 @@ import pytest
 from mcp.server import MCPServer
 
 from keel.mcp.client_v2025 import LegacyClient, RpcError
+from keel.mcp.server import TasksExtension, keel_lifespan
 from keel.mcp.v2025 import CANNOT_ASK, RELATED_TASK
 from keel.runtime import Keel
 from tasks_extension.support import WAIT, serve_http
@@ -130,3 +131,25 @@ async def test_tasks_result_streams_each_status_change_as_a_notification(
         assert note["params"]["taskId"] == created["taskId"]
         assert {"createdAt", "lastUpdatedAt", "ttl"} <= set(note["params"])
         assert RELATED_TASK not in (note["params"].get("_meta") or {})
+
+
+@pytest.mark.requirement("K20")
+async def test_without_the_middleware_a_legacy_client_is_still_never_stranded(
+    keel_app: Keel,
+) -> None:
+    """A server built without ``TasksExtension.middleware()`` cannot ask a 2025-11-25
+    client: its plain call answers the same -32021 and the task is cancelled."""
+    server: MCPServer[Any] = MCPServer(
+        "no-middleware",
+        extensions=[TasksExtension(keel_app)],
+        lifespan=keel_lifespan(keel_app),
+    )
+    on_input = answers(**{"Which service is affected?": {"service": "payments"}})
+    async with serve_http(server) as url, LegacyClient(url, on_input=on_input, timeout=WAIT) as c:
+        with pytest.raises(RpcError) as refused:
+            await c.request("tools/call", {"name": "ask", "arguments": {"incident_id": "INC-8"}})
+        assert refused.value.code == CANNOT_ASK
+        assert refused.value.data["inputRequests"] == ["service"]
+        assert c.questions == []
+    task = await keel_app.store.get(refused.value.data["taskId"])
+    assert task.status.value == "cancelled"

@@ -26,7 +26,6 @@ limit is kept per server process).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import inspect
 import time
@@ -46,7 +45,6 @@ from mcp.shared.inbound import MCP_NAME_HEADER, decode_header_value
 from mcp_types import (
     HEADER_MISMATCH,
     INVALID_PARAMS,
-    MISSING_REQUIRED_CLIENT_CAPABILITY,
     CallToolRequestParams,
     InputRequiredResult,
     RequestParams,
@@ -431,22 +429,6 @@ class TasksExtension(Extension):
             task = await self.app.store.get(task.task_id)
         return await self._inline(task, ctx, asked=set(given))
 
-    async def _cannot_ask(self, task: Task) -> MCPError:
-        """Cancel a task that needs input its client has no way to give (the reason goes
-        into its history) and return the error that tells the client so."""
-        keys = ", ".join(sorted(task.pending_input))
-        reason = (
-            f"the task needs input ({keys}) and its client can neither take a task handle "
-            f"({TASKS_EXTENSION}) nor be asked"
-        )
-        with contextlib.suppress(InvalidTransition):  # it ended meanwhile: still refused
-            await self.app.cancel(task.task_id, reason=reason, owner=task.owner)
-        return MCPError(
-            code=MISSING_REQUIRED_CLIENT_CAPABILITY,
-            message=f"task {task.task_id} was cancelled: {reason}",
-            data={"taskId": task.task_id, "inputRequests": sorted(task.pending_input)},
-        )
-
     async def _settle(self, task: Task, within: float) -> Task:
         """The task once it has finished, or as it is after ``within`` seconds."""
         deadline = time.monotonic() + within
@@ -479,7 +461,8 @@ class TasksExtension(Extension):
                 asked or set()
             ):
                 if ctx.protocol_version not in MODERN:
-                    raise await self._cannot_ask(task)
+                    # (Reached only on a server without extension.middleware(), which asks.)
+                    await self.legacy.strand(task, "this server cannot ask a legacy client")
                 requests = detailed_task(task, now=time.time(), poll_interval=1.0)
                 return InputRequiredResult(
                     input_requests=requests["inputRequests"],

@@ -355,7 +355,7 @@ class LegacyTasks:
         """Ask each outstanding input request through ``elicitation/create`` and give the
         task the answers; cancel it when the client cannot be asked."""
         if not _can_elicit(ctx):
-            await self._strand(task, "it declared no form elicitation capability")
+            await self.strand(task, "it declared no form elicitation capability")
         # On an SSE response the question rides this request's stream; a server that
         # answers in JSON has only the session's GET stream for it.
         metadata = (
@@ -376,7 +376,7 @@ class LegacyTasks:
             try:
                 answer = await ctx.session.send_request(question, ElicitResult, metadata=metadata)
             except NoBackChannelError:
-                await self._strand(task, "this connection has no channel to ask on")
+                await self.strand(task, "this connection has no channel to ask on")
             accepted = answer.action == "accept"
             try:
                 await self.app.answer(
@@ -390,17 +390,19 @@ class LegacyTasks:
             except KeelError as exc:  # an answer its schema refuses: named, still asked
                 raise _error(exc) from exc
 
-    async def _strand(self, task: Task, why: str) -> NoReturn:
-        """Cancel a task whose input cannot be asked for, and raise :data:`CANNOT_ASK`."""
-        reason = f"needs input the client cannot give: {why}"
-        with contextlib.suppress(InvalidTransition):  # it ended meanwhile
+    async def strand(self, task: Task, why: str) -> NoReturn:
+        """Cancel a task whose input its client cannot give (the reason goes into its
+        history) and raise :data:`CANNOT_ASK` saying so."""
+        keys = ", ".join(sorted(task.pending_input))
+        reason = f"the task needs input ({keys}) and its client cannot be asked: {why}"
+        with contextlib.suppress(InvalidTransition):  # it ended meanwhile: still refused
             await self.app.cancel(task.task_id, reason=reason, owner=task.owner)
         raise MCPError(
             code=CANNOT_ASK,
-            message=f"task {task.task_id} needs input ({next(iter(task.pending_input), '')}) "
-            f"and this client cannot be asked: {why}; the task was cancelled",
+            message=f"task {task.task_id} was cancelled: {reason}",
             data={
                 "taskId": task.task_id,
+                "inputRequests": sorted(task.pending_input),
                 "requiredCapabilities": {"elicitation": {"form": {}}},
             },
         )
