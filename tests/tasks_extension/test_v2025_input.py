@@ -153,3 +153,30 @@ async def test_without_the_middleware_a_legacy_client_is_still_never_stranded(
         assert c.questions == []
     task = await keel_app.store.get(refused.value.data["taskId"])
     assert task.status.value == "cancelled"
+
+
+@pytest.mark.requirement("A7.1", "K20")
+async def test_a_task_that_asks_first_asks_on_the_call_before_it_is_created(
+    mcp_server: MCPServer[Any], keel_app: Keel
+) -> None:
+    """A tool that asks before it starts (``ask_first``) asks on the ``tools/call``
+    stream itself, then answers the created task; a client that cannot be asked gets
+    -32021 and no task is created."""
+    on_input = answers(**{"What is your name?": {"service": "ada"}})
+    async with (
+        serve_http(mcp_server, json_response=False) as url,
+        LegacyClient(url, on_input=on_input, timeout=WAIT) as client,
+    ):
+        created = await client.call_task("ask_first", {})
+        assert [(via, q["message"]) for via, q in client.questions] == [
+            ("tools/call", "What is your name?")
+        ]
+        assert RELATED_TASK not in (client.questions[0][1].get("_meta") or {})
+        result = await client.result(created["taskId"])
+        assert result["content"][0]["text"] == "hello ada"
+    async with serve_http(mcp_server) as url, LegacyClient(url, timeout=WAIT) as plain:
+        with pytest.raises(RpcError) as refused:
+            await plain.call_task("ask_first", {})
+        assert refused.value.code == CANNOT_ASK
+        assert refused.value.data["inputRequests"] == ["user_name"]
+    assert [task.task_id for task in await keel_app.store.list()] == [created["taskId"]]

@@ -8,9 +8,11 @@ does) unless a test asks for SSE.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import anyio
+import httpx2
 import pytest
 from mcp.server import MCPServer
 
@@ -233,3 +235,43 @@ async def test_a_failed_task_answers_tasks_result_with_its_json_rpc_error(
         shown = await client.get(created["taskId"])
         assert shown["status"] == "failed"
         assert "upstream API refused the request" in shown["statusMessage"]
+
+
+@pytest.mark.requirement("A1.1")
+async def test_an_older_handshake_version_gets_no_tasks(mcp_server: MCPServer[Any]) -> None:
+    """At 2025-06-18 (no tasks in that protocol) initialize declares no ``tasks``,
+    tools/list has no ``execution``, and a task tool answers its result inline even if
+    the call carries a ``task`` param."""
+    async with serve_http(mcp_server) as url, httpx2.AsyncClient(timeout=WAIT) as http:
+        headers = {
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+        }
+
+        async def rpc(method: str, params: dict[str, Any]) -> dict[str, Any]:
+            message = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+            answer = await http.post(url, content=json.dumps(message), headers=headers)
+            headers.setdefault("mcp-session-id", answer.headers.get("mcp-session-id", ""))
+            headers["MCP-Protocol-Version"] = "2025-06-18"
+            body: dict[str, Any] = answer.json()
+            return body
+
+        init = await rpc(
+            "initialize",
+            {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "0"},
+            },
+        )
+        assert init["result"]["protocolVersion"] == "2025-06-18"
+        assert "tasks" not in init["result"]["capabilities"]
+        await http.post(
+            url,
+            content=json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+            headers=headers,
+        )
+        tools = (await rpc("tools/list", {}))["result"]["tools"]
+        assert all("execution" not in tool for tool in tools)
+        called = await rpc("tools/call", {"name": "quick", "arguments": {"n": 3}, "task": {}})
+        assert called["result"]["structuredContent"] == {"n": 6}

@@ -146,6 +146,17 @@ def _can_elicit(ctx: ServerRequestContext[Any, Any]) -> bool:
     return elicitation is not None and (elicitation.form is not None or elicitation.url is None)
 
 
+def _cannot_start(definition: TaskDefinition, why: str) -> MCPError:
+    """:data:`CANNOT_ASK` for a task that asks before it starts (none is created)."""
+    keys = sorted(definition.options.ask_first or {})
+    return MCPError(
+        code=CANNOT_ASK,
+        message=f"tool {definition.name!r} needs input ({', '.join(keys)}) before it starts "
+        f"and its client cannot be asked: {why}; no task was created",
+        data={"inputRequests": keys, "requiredCapabilities": {"elicitation": {"form": {}}}},
+    )
+
+
 class LegacyTasks:
     """The 2025-11-25 tasks protocol over a Keel app: the handlers ``TasksExtension``
     binds, and the ``Server.middleware`` for what no binding can reach.
@@ -238,24 +249,44 @@ class LegacyTasks:
                 code=METHOD_NOT_FOUND,
                 message=f"tool {definition.name!r} must be called as a task (params.task)",
             )
-        if definition.options.ask_first:
-            raise MCPError(
-                code=CANNOT_ASK,
-                message=f"tool {definition.name!r} asks for input before it starts, which "
-                "only a 2026-07-28 client can give",
-            )
         arguments = dict(params.arguments or {})
         try:
             schema = self.schemas.get(definition.name)
             if schema is not None:
                 validate_input("(new task)", "arguments", schema, arguments)
-            task = await self.app.submit(definition.name, arguments, owner=self.owner(ctx))
+            answers = await self._ask_first(ctx, definition)
+            task = await self.app.submit(
+                definition.name, arguments, owner=self.owner(ctx), answers=answers
+            )
         except KeelError as exc:
             raise _error(exc) from exc
         if augmented:
             # Committed before this answer leaves: the handle is durable when it arrives.
             return {"task": self.wire(task)}
         return await self._outcome(ctx, task, related=False)
+
+    async def _ask_first(
+        self, ctx: ServerRequestContext[Any, Any], definition: TaskDefinition
+    ) -> dict[str, Any] | None:
+        """The answers a task asks for before it starts, asked on the call's own stream
+        (there is no task yet); None when it asks nothing."""
+        asked = definition.options.ask_first
+        if not asked:
+            return None
+        if not _can_elicit(ctx):
+            raise _cannot_start(definition, "it declared no form elicitation capability")
+        answers: dict[str, Any] = {}
+        for key, (message, schema) in asked.items():
+            try:
+                answer = await self._elicit(ctx, message, schema, None)
+            except NoBackChannelError:
+                raise _cannot_start(definition, "this connection has no channel") from None
+            if answer.action != "accept":
+                raise MCPError(
+                    code=INVALID_PARAMS, message=f"input {key!r} was {answer.action}: cannot start"
+                )
+            answers[key] = answer.content or {}
+        return answers
 
     # --- the methods ------------------------------------------------------------------
 
@@ -356,25 +387,9 @@ class LegacyTasks:
         task the answers; cancel it when the client cannot be asked."""
         if not _can_elicit(ctx):
             await self.strand(task, "it declared no form elicitation capability")
-        # On an SSE response the question rides this request's stream; a server that
-        # answers in JSON has only the session's GET stream for it.
-        metadata = (
-            ServerMessageMetadata(related_request_id=ctx.request_id)
-            if ctx.session.can_send_request
-            else None
-        )
         for key, request in task.pending_input.items():
-            question = ElicitRequest(
-                params=ElicitRequestFormParams.model_validate(
-                    {
-                        "message": request.message,
-                        "requestedSchema": request.schema,
-                        "_meta": {RELATED_TASK: {"taskId": task.task_id}},
-                    }
-                )
-            )
             try:
-                answer = await ctx.session.send_request(question, ElicitResult, metadata=metadata)
+                answer = await self._elicit(ctx, request.message, request.schema, task.task_id)
             except NoBackChannelError:
                 await self.strand(task, "this connection has no channel to ask on")
             accepted = answer.action == "accept"
@@ -389,6 +404,31 @@ class LegacyTasks:
                 return  # answered elsewhere, or ended meanwhile: the wait goes on
             except KeelError as exc:  # an answer its schema refuses: named, still asked
                 raise _error(exc) from exc
+
+    async def _elicit(
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        message: str,
+        schema: JsonObject,
+        task_id: str | None,
+    ) -> ElicitResult:
+        """One ``elicitation/create`` (with the related-task ``_meta`` when a task asks).
+
+        Raises:
+            NoBackChannelError: the connection cannot carry a request to the client.
+        """
+        params: JsonObject = {"message": message, "requestedSchema": schema}
+        if task_id is not None:
+            params["_meta"] = {RELATED_TASK: {"taskId": task_id}}
+        question = ElicitRequest(params=ElicitRequestFormParams.model_validate(params))
+        # On an SSE response the question rides this request's stream; a server that
+        # answers in JSON has only the session's GET stream for it.
+        metadata = (
+            ServerMessageMetadata(related_request_id=ctx.request_id)
+            if ctx.session.can_send_request
+            else None
+        )
+        return await ctx.session.send_request(question, ElicitResult, metadata=metadata)
 
     async def strand(self, task: Task, why: str) -> NoReturn:
         """Cancel a task whose input its client cannot give (the reason goes into its
