@@ -7,7 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from mcp import Client
 from mcp.server import MCPServer
+from mcp_types import ElicitRequestParams, ElicitResult
 
 from keel.mcp.client_v2025 import LegacyClient, RpcError
 from keel.mcp.server import TasksExtension, keel_lifespan
@@ -180,3 +182,22 @@ async def test_a_task_that_asks_first_asks_on_the_call_before_it_is_created(
         assert refused.value.code == CANNOT_ASK
         assert refused.value.data["inputRequests"] == ["user_name"]
     assert [task.task_id for task in await keel_app.store.list()] == [created["taskId"]]
+
+
+@pytest.mark.requirement("A7.1")
+async def test_the_official_client_in_legacy_mode_is_asked_through_its_callback(
+    mcp_server: MCPServer[Any],
+) -> None:
+    """The official Python client at 2025-11-25 (in process, no params.task): its
+    elicitation callback gets the task's question, and call_tool returns the result."""
+    questions: list[str] = []
+
+    async def on_elicit(_ctx: Any, params: ElicitRequestParams) -> ElicitResult:
+        questions.append(params.message)
+        return ElicitResult(action="accept", content={"service": "payments"})
+
+    async with Client(mcp_server, mode="legacy", elicitation_callback=on_elicit) as client:
+        assert client.protocol_version == "2025-11-25"
+        result = await client.call_tool("ask", {"incident_id": "5"})
+    assert questions == ["Which service is affected?"]
+    assert result.structured_content == {"incident": "5", "service": "payments"}

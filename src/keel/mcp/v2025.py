@@ -90,7 +90,8 @@ capability, or no channel to ask on). The task is cancelled; ``data`` names the 
 ``requiredCapabilities``."""
 LIST_PAGE = 50
 """Tasks per ``tasks/list`` page."""
-WAIT_POLL = 0.05  # seconds between store reads while a request waits for a task
+WAIT_POLL = 0.05  # seconds between store reads while a request waits for a task …
+WAIT_POLL_MAX = 0.5  # … doubling up to this while the task shows no change
 
 Owner = Callable[[ServerRequestContext[Any, Any]], str]
 
@@ -351,16 +352,20 @@ class LegacyTasks:
         """Wait for the task to end, asking the client for input when it needs some;
         answer its tool result (or raise its error)."""
         seen: tuple[Status, str | None] | None = None
+        pause = WAIT_POLL
         while True:
-            if related and (task.status, task.status_message) != seen:
+            if (task.status, task.status_message) != seen:
                 seen = (task.status, task.status_message)
-                await self._notify(ctx, task)
+                pause = WAIT_POLL  # it moves: look again soon
+                if related:
+                    await self._notify(ctx, task)
             if task.status.terminal:
                 break
             if task.status is Status.INPUT_REQUIRED:
                 await self._ask(ctx, task)
             else:
-                await anyio.sleep(WAIT_POLL)
+                await anyio.sleep(pause)
+                pause = min(pause * 2, WAIT_POLL_MAX)
             task = await self._lookup(ctx, task.task_id)
         outcome = tool_outcome(task, expose_crashes=self.expose_crashes)
         if "error" in outcome:
