@@ -86,7 +86,8 @@ LEGACY = frozenset(HANDSHAKE_PROTOCOL_VERSIONS)
 RELATED_TASK = "io.modelcontextprotocol/related-task"
 CANNOT_ASK = MISSING_REQUIRED_CLIENT_CAPABILITY
 """``-32021``: a task needs input and the client cannot be asked (no form elicitation
-capability, or no channel to ask on). The task is cancelled; ``data`` names the task and
+capability, or no channel to ask on). The task is cancelled (a task that asks before it
+starts is not created); ``data`` has ``taskId``, ``inputRequests`` (the keys) and
 ``requiredCapabilities``."""
 LIST_PAGE = 50
 """Tasks per ``tasks/list`` page."""
@@ -105,10 +106,12 @@ class ListParams(RequestParams):
 
 
 def _error(exc: KeelError) -> MCPError:
+    """A Keel error by the one table (``wire.rpc_error``)."""
     return MCPError(**rpc_error(exc))
 
 
-def _raise(error: Mapping[str, Any]) -> MCPError:
+def _outcome_error(error: Mapping[str, Any]) -> MCPError:
+    """A finished task's JSON-RPC error (``wire.tool_outcome``) as the SDK raises it."""
     return MCPError(code=error["code"], message=error["message"], data=error.get("data"))
 
 
@@ -369,7 +372,7 @@ class LegacyTasks:
             task = await self._lookup(ctx, task.task_id)
         outcome = tool_outcome(task, expose_crashes=self.expose_crashes)
         if "error" in outcome:
-            raise _raise(outcome["error"])
+            raise _outcome_error(outcome["error"])
         result = {k: v for k, v in outcome["result"].items() if k != "resultType"}
         if related:
             meta = result.get("_meta") or {}
