@@ -63,7 +63,13 @@ from mcp_types import (
 )
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
-from keel.errors import InvalidTransition, KeelError, TaskAlreadyTerminal, TaskNotFound
+from keel.errors import (
+    InvalidTransition,
+    KeelError,
+    TaskAlreadyTerminal,
+    TaskNotFound,
+    UnknownInputKey,
+)
 from keel.mcp.wire import iso8601, rpc_error, tool_outcome, ttl_ms
 from keel.model import JsonObject, Status, Task
 from keel.model.validation import validate_input
@@ -408,7 +414,7 @@ class LegacyTasks:
                     owner=task.owner,
                     declined=None if accepted else {key: answer.action},
                 )
-            except InvalidTransition:
+            except (InvalidTransition, UnknownInputKey):
                 return  # answered elsewhere, or ended meanwhile: the wait goes on
             except KeelError as exc:  # an answer its schema refuses: named, still asked
                 raise _error(exc) from exc
