@@ -2,10 +2,14 @@
 
 ``TasksExtension(app)`` exposes an app's registered tasks as tools and serves
 ``tasks/get``, ``tasks/update`` and ``tasks/cancel`` (SEP-2663, 2026-07-28); a lifespan
-(``keel_lifespan``) runs the app's workers in the server process::
+(``keel_lifespan``) runs the app's workers in the server process. Its ``middleware()``
+adds the 2025-11-25 tasks protocol on the same tasks (:mod:`keel.mcp.v2025`)::
 
     app = Keel("sqlite:///keel-data/keel.db")
-    server = MCPServer("bridge", extensions=[TasksExtension(app)], lifespan=keel_lifespan(app))
+    tasks = TasksExtension(app)
+    server = MCPServer(
+        "bridge", extensions=[tasks], middleware=[tasks.middleware()], lifespan=keel_lifespan(app)
+    )
 
 A client that declared the extension gets a ``CreateTaskResult`` as soon as the task is
 committed (durable creation). One that did not gets the result inline for
@@ -22,7 +26,6 @@ limit is kept per server process).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import inspect
 import time
@@ -33,7 +36,7 @@ from typing import Any
 
 import anyio
 from mcp.server import MCPServer, ServerRequestContext
-from mcp.server.context import CallNext, HandlerResult
+from mcp.server.context import CallNext, HandlerResult, ServerMiddleware
 from mcp.server.extension import Extension, MethodBinding, ToolBinding
 from mcp.server.mcpserver import authenticated_principal, require_client_extension
 from mcp.server.mcpserver.tools import Tool
@@ -42,7 +45,6 @@ from mcp.shared.inbound import MCP_NAME_HEADER, decode_header_value
 from mcp_types import (
     HEADER_MISMATCH,
     INVALID_PARAMS,
-    MISSING_REQUIRED_CLIENT_CAPABILITY,
     CallToolRequestParams,
     InputRequiredResult,
     RequestParams,
@@ -50,6 +52,8 @@ from mcp_types import (
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from keel.errors import InvalidTransition, KeelError, UnknownInputKey
+from keel.mcp.v2025 import V2025, LegacyTasks, ListParams
+from keel.mcp.v2025 import TaskIdParams as ResultParams
 from keel.mcp.wire import (
     TASKS_EXTENSION,
     create_task_result,
@@ -68,6 +72,8 @@ MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
 TASK_STATE = "keel:task:"
 """``requestState`` prefix of an input-required answer to a client without the extension:
 the retry carries it back (sealed by the SDK) and resumes that same task."""
+BOTH = MODERN | {V2025}  # tasks/get and tasks/cancel: one binding, two generations
+ONLY_2025 = frozenset({V2025})  # tasks/result and tasks/list
 INLINE_POLL = 0.05  # seconds between reads while a call waits for its task inline
 RATE_LIMITED = -32000  # JSON-RPC's implementation-defined server error range
 POLL_SLACK = 0.5  # a poll within this share of pollIntervalMs of the last one is too early
@@ -252,6 +258,13 @@ class TasksExtension(Extension):
             for name, binding in self._bindings.items()
             if app.tasks[name].options.input_schema is None
         }
+        self.legacy = LegacyTasks(
+            app,
+            owner=_owner,
+            poll_interval=self._poll_interval,
+            schemas=self._schemas,
+            expose_crashes=expose_crashes,
+        )
 
     def settings(self) -> dict[str, Any]:
         return {}
@@ -261,10 +274,21 @@ class TasksExtension(Extension):
 
     def methods(self) -> list[MethodBinding]:
         return [
-            MethodBinding("tasks/get", TaskIdParams, self._get, protocol_versions=MODERN),
+            MethodBinding("tasks/get", TaskIdParams, self._get, protocol_versions=BOTH),
             MethodBinding("tasks/update", UpdateTaskParams, self._update, protocol_versions=MODERN),
-            MethodBinding("tasks/cancel", TaskIdParams, self._cancel, protocol_versions=MODERN),
+            MethodBinding("tasks/cancel", TaskIdParams, self._cancel, protocol_versions=BOTH),
+            # 2025-11-25 only (keel.mcp.v2025).
+            MethodBinding(
+                "tasks/result", ResultParams, self.legacy.result, protocol_versions=ONLY_2025
+            ),
+            MethodBinding("tasks/list", ListParams, self.legacy.list, protocol_versions=ONLY_2025),
         ]
+
+    def middleware(self) -> ServerMiddleware[Any]:
+        """What the 2025-11-25 tasks protocol needs beyond method bindings (its capability,
+        ``execution.taskSupport``, its ``CreateTaskResult``): pass it to
+        ``MCPServer(middleware=[extension.middleware()])``."""
+        return self.legacy
 
     def _poll_interval(self, task: Task) -> float:
         definition = self.app.tasks.get(task.name or "")
@@ -288,6 +312,8 @@ class TasksExtension(Extension):
             raise mcp_error(exc) from None
 
     async def _get(self, ctx: ServerRequestContext[Any, Any], params: TaskIdParams) -> Any:
+        if ctx.protocol_version == V2025:
+            return await self.legacy.get(ctx, params.task_id)
         task = await self._lookup(ctx, params.task_id)
         if self._limiter is not None and not task.status.terminal:
             wait = self._limiter.wait_needed(
@@ -329,6 +355,8 @@ class TasksExtension(Extension):
             raise mcp_error(exc) from exc
 
     async def _cancel(self, ctx: ServerRequestContext[Any, Any], params: TaskIdParams) -> Any:
+        if ctx.protocol_version == V2025:
+            return await self.legacy.cancel(ctx, params.task_id)
         task = await self._lookup(ctx, params.task_id)
         try:
             await self.app.cancel(task.task_id, reason="tasks/cancel", owner=task.owner)
@@ -401,22 +429,6 @@ class TasksExtension(Extension):
             task = await self.app.store.get(task.task_id)
         return await self._inline(task, ctx, asked=set(given))
 
-    async def _cannot_ask(self, task: Task) -> MCPError:
-        """Cancel a task that needs input its client has no way to give (the reason goes
-        into its history) and return the error that tells the client so."""
-        keys = ", ".join(sorted(task.pending_input))
-        reason = (
-            f"the task needs input ({keys}) and its client can neither take a task handle "
-            f"({TASKS_EXTENSION}) nor be asked"
-        )
-        with contextlib.suppress(InvalidTransition):  # it ended meanwhile: still refused
-            await self.app.cancel(task.task_id, reason=reason, owner=task.owner)
-        return MCPError(
-            code=MISSING_REQUIRED_CLIENT_CAPABILITY,
-            message=f"task {task.task_id} was cancelled: {reason}",
-            data={"taskId": task.task_id, "inputRequests": sorted(task.pending_input)},
-        )
-
     async def _settle(self, task: Task, within: float) -> Task:
         """The task once it has finished, or as it is after ``within`` seconds."""
         deadline = time.monotonic() + within
@@ -449,7 +461,8 @@ class TasksExtension(Extension):
                 asked or set()
             ):
                 if ctx.protocol_version not in MODERN:
-                    raise await self._cannot_ask(task)
+                    # (Reached only on a server without extension.middleware(), which asks.)
+                    await self.legacy.strand(task, "this server cannot ask a legacy client")
                 requests = detailed_task(task, now=time.time(), poll_interval=1.0)
                 return InputRequiredResult(
                     input_requests=requests["inputRequests"],

@@ -26,9 +26,10 @@ def app_server(
     run_workers: bool = True,
     state_dir: Path | None = None,
 ) -> MCPServer[Any]:
-    """An ``MCPServer`` named ``name`` serving ``app``'s tasks through the tasks extension,
-    with ``concurrency`` workers in its lifespan (none unless ``run_workers``); its
-    ``serverInfo.version`` is Keel's version. Plain tools may be added to it.
+    """An ``MCPServer`` named ``name`` serving ``app``'s tasks through the tasks extension
+    (and the 2025-11-25 tasks protocol, :mod:`keel.mcp.v2025`), with ``concurrency``
+    workers in its lifespan (none unless ``run_workers``); its ``serverInfo.version`` is
+    Keel's version. Plain tools may be added to it.
 
     ``state_dir`` keeps the key that seals ``requestState`` (see ``keel.mcp.state_key``),
     so a client asked for input before a restart can still answer after it; without one
@@ -37,10 +38,12 @@ def app_server(
     Raises:
         ConfigurationError: the request-state key cannot be read or is too short.
     """
+    tasks = TasksExtension(app, rate_limit_polls=rate_limit_polls)
     return MCPServer(
         name,
         version=keel.__version__,
         request_state_security=request_state_security(state_dir),
-        extensions=[TasksExtension(app, rate_limit_polls=rate_limit_polls)],
+        extensions=[tasks],
+        middleware=[tasks.middleware()],  # the 2025-11-25 tasks protocol on the same tasks
         lifespan=keel_lifespan(app, concurrency=concurrency, run_workers=run_workers),
     )
