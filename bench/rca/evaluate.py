@@ -36,6 +36,8 @@ Metrics, per kind and overall:
   incident is wrong). AUROC is null when all are right or all wrong.
 * ``wrong>0.9``: named causes that are wrong with confidence above 0.9.
 * ``deploy@1`` (bad deploys only): the named deploy id is the bad one.
+* ``onset±min``: median distance between the reported ``onset`` and the true one
+  (minutes; the fault's start, for a slow leak when it became visible).
 * ``errors``: diagnoses that failed (counted wrong, not named).
 
 ``--strip-bom`` hands the Bridge a copy of a deploys CSV without its UTF-8 byte-order
@@ -52,6 +54,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -128,13 +131,20 @@ def read_answer(result: dict[str, Any]) -> dict[str, Any]:
     confidence = result.get("confidence")
     conf = float(confidence) if isinstance(confidence, int | float) else 0.0
     deploy = root.get("deploy_id") if isinstance(root, dict) else None
+    onset = result.get("onset")
     return {
         "named": None if no_cause else named,
         "ranked": ranked,
         "confidence": conf,
         "root_kind": kind,
         "deploy_id": deploy if isinstance(deploy, str) else None,
+        "onset": onset if isinstance(onset, str) else None,
     }
+
+
+def _ns(text: str) -> int:
+    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return int(moment.timestamp() * 1e9)
 
 
 def matches(name: str | None, aliases: Sequence[str]) -> bool:
@@ -153,6 +163,7 @@ def score(truth: dict[str, Any], answer: dict[str, Any] | None) -> dict[str, Any
             "label": 0,
             "error": True,
             "deploy_ok": None,
+            "onset_error_min": None,
         }
     conf = answer["confidence"]
     abstained = answer["named"] is None or conf < 0.5
@@ -166,6 +177,9 @@ def score(truth: dict[str, Any], answer: dict[str, Any] | None) -> dict[str, Any
     deploy_ok = None
     if truth.get("deploy_id"):
         deploy_ok = int(answer["deploy_id"] == truth["deploy_id"])
+    onset_error = None
+    if truth.get("onset") and answer.get("onset"):
+        onset_error = round(abs(_ns(answer["onset"]) - _ns(truth["onset"])) / 60e9, 1)
     return {
         "ac1": ac1,
         "ac3": ac3,
@@ -175,6 +189,7 @@ def score(truth: dict[str, Any], answer: dict[str, Any] | None) -> dict[str, Any
         "label": label,
         "error": False,
         "deploy_ok": deploy_ok,
+        "onset_error_min": onset_error,
     }
 
 
@@ -186,6 +201,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     scores = [r["conf"] for r in named]
     labels = [r["label"] for r in named]
     deploys = [r["deploy_ok"] for r in rows if r["deploy_ok"] is not None]
+    onsets = sorted(r["onset_error_min"] for r in rows if r["onset_error_min"] is not None)
     return {
         "n": n,
         "ac1": sum(r["ac1"] for r in rows) / n,
@@ -197,6 +213,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "mean_confidence": sum(r["conf"] for r in rows) / n,
         "deploy_at_1": sum(deploys) / len(deploys) if deploys else None,
         "errors": sum(r["error"] for r in rows),
+        "median_onset_error_min": onsets[len(onsets) // 2] if onsets else None,
     }
 
 
@@ -351,10 +368,14 @@ def _fmt(value: Any, pct: bool = False) -> str:
     return str(value)
 
 
+def _fmt_min(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
 def print_table(report: dict[str, Any]) -> None:
     head = (
         f"{'kind':<24}{'n':>4}{'AC@1':>7}{'AC@3':>7}{'abstain':>9}{'AUROC':>8}"
-        f"{'Brier':>8}{'wrong>0.9':>11}{'conf':>7}{'deploy@1':>10}{'errors':>8}"
+        f"{'Brier':>8}{'wrong>0.9':>11}{'conf':>7}{'deploy@1':>10}{'onset±min':>11}{'errors':>8}"
     )
     print(head)
     print("-" * len(head))
@@ -370,7 +391,8 @@ def print_table(report: dict[str, Any]) -> None:
             f"{name:<24}{s['n']:>4}{_fmt(s['ac1'], True):>7}{_fmt(s['ac3'], True):>7}"
             f"{_fmt(s['abstain'], True):>9}{_fmt(s['auroc']):>8}{_fmt(s['brier']):>8}"
             f"{s['wrong_above_0_9']:>11}{_fmt(s['mean_confidence']):>7}"
-            f"{_fmt(s['deploy_at_1'], True):>10}{s['errors']:>8}"
+            f"{_fmt(s['deploy_at_1'], True):>10}{_fmt_min(s['median_onset_error_min']):>11}"
+            f"{s['errors']:>8}"
         )
 
 
@@ -425,6 +447,9 @@ def self_check() -> int:
         ("summary errors", s["errors"], 1),
         ("summary brier", round(s["brier"], 6), round((0.2**2 + 0.95**2) / 2, 6)),
     ]
+    timed = {"cause": "x", "aliases": ["x"], "onset": "2026-03-14T09:40:00Z"}
+    late = read_answer({"root_cause": {"service": "x"}, "onset": "2026-03-14T09:43:30Z"})
+    checks += [("onset error", score(timed, late)["onset_error_min"], 3.5)]
     failed = 0
     for name, got, want in checks:
         ok = (

@@ -183,8 +183,8 @@ class Planner:
             while frontier and d < 6:
                 d += 1
                 nxt = set()
-                for n in frontier:
-                    for c in callers.get(n, ()):
+                for n in sorted(frontier):
+                    for c in sorted(callers.get(n, ())):
                         if c not in dist and c != node:
                             dist[c] = d
                             nxt.add(c)
@@ -930,11 +930,10 @@ def generate(seed: int, out: Path, spans_target: int, log: Any = print) -> dict[
             "trace_layout": layout,
             "duplicated_trace_file": dup_of,
         },
-        "generation_seconds": round(elapsed, 1),
-        "max_rss_mb": round(rss_mb, 1),
     }
     answers = {**meta, "topology": topo.describe(), "incidents": incidents}
     (out / "answers.json").write_text(json.dumps(answers, indent=1) + "\n", encoding="utf-8")
+    meta.update(generation_seconds=round(elapsed, 1), max_rss_mb=round(rss_mb, 1))
     bom = " with BOM+CRLF" if deploy_fmt == "csv-bom-crlf" else ""
     log(
         f"seed {seed}: {sim.spans} spans over {minute} min in {len(writer.files)} trace files "

@@ -399,7 +399,7 @@ def _make_deps(rng: random.Random) -> dict[str, Dep]:
                 )
             )
         deps[dep.name] = dep
-    for peer, address in rng.sample(CACHES, rng.randint(1, 2)):
+    for peer, address in rng.sample(CACHES, 2):
         system = "memcached" if peer.startswith("memcached") else "redis"
         systems.append(system)
         dep = Dep(
