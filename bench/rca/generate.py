@@ -138,7 +138,7 @@ class Truth:
     opened_at: int
     symptom: str
     symptom_type: str
-    deploy_id: str | None = None
+    deploy: DeployRec | None = None  # the bad deploy
     effect: dict[str, Any] = field(default_factory=dict)
     related: str | None = None
     severity: str = "SEV3"
@@ -450,7 +450,7 @@ class Planner:
         eff.start = onset
         symptom = cause if rng.random() < 0.3 else self._symptom(cause)
         truth = self._incident("bad_deploy", "immediate", cause, onset, end, eff, symptom, stype)
-        truth.deploy_id = self._tag(self.deploy(cause, at))
+        truth.deploy = self.deploy(cause, at)
         self._maybe_symptom_deploy(truth, onset)
 
     def _bad_deploy_leak(self, onset: int, end: int) -> None:
@@ -486,7 +486,7 @@ class Planner:
             "errors" if errors else "latency",
             delay_min=(5, 14),
         )
-        truth.deploy_id = self._tag(self.deploy(cause, at, config=False))
+        truth.deploy = self.deploy(cause, at, config=False)
         others = [s for s in self.topo.services.values() if s.name != cause and s.instrumented]
         decoy = truth.symptom if truth.symptom != cause else rng.choice(others).name
         self.deploy(decoy, onset - rng.randint(60, 180) * NS_S)
@@ -562,10 +562,6 @@ class Planner:
                 "minutes": (blip.end - blip.start) // NS_MIN,
             }
 
-    def _tag(self, rec: DeployRec) -> str:
-        rec.id = "pending"
-        return str(id(rec))
-
     def background_deploys(self, end: int) -> None:
         """Harmless deploys and config changes all along, avoiding each fault's cause
         around its fault (that would make the deploy the cause)."""
@@ -580,15 +576,13 @@ class Planner:
             t += int(rng.expovariate(1 / 25) * NS_MIN) + 2 * NS_MIN
 
     def finish(self) -> None:
-        """Number deploys in time order and resolve the bad deploys' ids."""
+        """Number the deploys in time order and give them versions."""
         rng = self.rng
         self.deploys.sort(key=lambda d: (d.deployed_at, d.service))
-        tags = {str(id(d)): d for d in self.deploys}
         n = rng.randint(10000, 40000)
         versions: dict[str, list[int]] = {}
         for d in self.deploys:
             n += rng.randint(1, 4)
-            tag = str(id(d))
             d.id = f"chg-{n}"
             v = versions.setdefault(d.service, [rng.randint(1, 4), rng.randint(0, 20), 0])
             if d.kind == "config":
@@ -598,10 +592,6 @@ class Planner:
                 if rng.random() < 0.15:
                     v[1], v[2] = v[1] + 1, 0
                 d.version = f"{v[0]}.{v[1]}.{v[2]}"
-            for truth in self.truths:
-                if truth.deploy_id == tag:
-                    truth.deploy_id = d.id
-        del tags
 
 
 class TraceWriter:
@@ -905,7 +895,7 @@ def generate(seed: int, out: Path, spans_target: int, log: Any = print) -> dict[
             "symptom_service": t.symptom,
             "symptom_type": t.symptom_type,
             "service_named": named[t.id],
-            "deploy_id": t.deploy_id,
+            "deploy_id": t.deploy.id if t.deploy else None,
             "overlaps_with": t.related,
             "effect": t.effect,
         }
