@@ -263,7 +263,8 @@ class Planner:
     # one slot per incident (two for an overlapping pair); returns the slot's end
     def slot(self, kind: str, cursor: int) -> int:
         rng = self.rng
-        lead = (rng.randint(40, 65) if kind == "bad_deploy_leak" else rng.randint(15, 20)) * NS_MIN
+        # a leak's deploy (20-60 min before its onset) stays inside its own slot
+        lead = (rng.randint(70, 80) if kind == "bad_deploy_leak" else rng.randint(15, 20)) * NS_MIN
         onset = cursor + lead + rng.randint(0, 59) * NS_S
         length = rng.randint(10, 20) * NS_MIN
         end = onset + length
