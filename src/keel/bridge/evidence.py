@@ -1,30 +1,33 @@
-"""Where the time goes and where failures start, request by request.
+"""Where the time goes and where failures start, call by call.
 
-The diagnosis looks at the requests of the symptomatic service (its entry spans: server,
-consumer or unspecified spans not called by itself) and at each request's whole subtree
-of spans, and charges everything in it to an *entity*:
+Every span of the two windows is charged to an *entity*:
 
-* a service, for its own spans' **exclusive time** (a span's duration minus its direct
-  children's) — so a service is judged by its own work, never by the calls it makes;
-* a dependency (a database, queue, cache or external API, named by the client or
+* a **service**, for its own spans' **exclusive time** (a span's duration minus its direct
+  children's), summed per *call* of the service (one of its entry spans — server,
+  consumer, or a span its own service did not call — and the spans of that service below
+  it): a service is judged by its own work, never by the calls it makes;
+* a **dependency** (a database, queue, cache or external API, named by the client or
   producer spans that call it: ``peer.service``, ``db.name``, the destination, the host),
-  for the time of calls to it that nothing instrumented answered — so an uninstrumented
-  dependency is a suspect like any service. A call that an instrumented service answered
-  charges its own exclusive time (the network) to the caller.
+  for each call to it that nothing instrumented answered: an uninstrumented dependency is
+  a suspect like any service. A call that an instrumented service answered charges its
+  own exclusive time (the network) to the caller; a client span whose host names a known
+  service (``orders.prod.svc.cluster.local``) is that service's call.
 
-A failed request is **blamed** on where its failure started: the failed spans in its
-subtree none of whose children failed (shared equally when there are several). A
-failure that started in a client span nothing answered is the dependency's. A span that
-failed while one of its calls took longer than that callee ever took in the baseline
-(beyond its 99th percentile) timed out waiting: the blame moves down to the callee.
+A failure **starts** in a failed span none of whose children failed. A span that failed
+while one of its calls took longer than that callee's calls ever took in the baseline
+(beyond their 99th percentile) timed out waiting: the failure is moved down to the callee.
 
-Comparing the charges per request before the onset (baseline) and after it (during)
-says which entities the symptom's change comes from, however many healthy calls sit on
-the path to them: there is no walk to stop early.
+Each entity's calls are compared before the onset (baseline) and after it (during): the
+change of its own time per call and of the share of its calls where a failure started.
+The symptomatic service's requests (its entry spans, with their whole subtree) say how
+much each entity matters to the symptom: how many calls to it a request makes, how many
+requests reach it, and how often a failure started there reaches the symptom.
 """
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,231 +35,284 @@ from typing import Any
 
 from keel.bridge.otlp import OUTGOING
 
-__all__ = [
-    "DEPENDENCY",
-    "Charges",
-    "ScopedSpan",
-    "WindowEvidence",
-    "charge_requests",
-    "entity_of",
-]
+__all__ = ["DEPENDENCY", "SERVICE", "ScopedSpan", "entity_of", "gather"]
 
 DEPENDENCY = "dependency"
 SERVICE = "service"
-EXEMPLARS = 3  # spans kept per entity as citations
+PRODUCER = 4  # OTLP span kind
+EXEMPLARS = 3  # calls kept per entity as citations
+SLOW_QUANTILE = 0.99  # a call slower than this share of the callee's baseline calls is slow
+MIN_CALLS = 20  # baseline calls an entity needs for a slow limit
+FLOOR_NS = 100_000  # 0.1 ms: a call's time is never taken as less (logs stay finite)
 
 ScopedSpan = tuple[str, str, str | None, str, int, str | None, int, int, int]
 """(trace_id, span_id, parent_id, service, kind, peer, start_ns, end_ns, error)."""
 
 
-@dataclass(slots=True)
-class Charges:
-    """One entity's share of one window's requests."""
-
-    kind: str  # SERVICE or DEPENDENCY
-    requests: int = 0  # requests whose subtree reached it
-    calls: int = 0  # its spans (or calls to it)
-    time_ns: float = 0.0  # exclusive time charged, summed over requests
-    time_sq: float = 0.0  # sum over requests of (time charged in that request)^2, ns^2
-    blamed: float = 0.0  # failed requests blamed on it (shares)
-    failed_calls: int = 0  # its spans that failed where the failure started
-    callers: set[str] = field(default_factory=set)
-    exemplars: list[tuple[float, str, str, float, bool]] = field(default_factory=list)
-
-    def to_json(self, requests: int) -> dict[str, Any]:
-        mean = self.time_ns / requests if requests else 0.0
-        var = max(0.0, self.time_sq / requests - mean * mean) if requests else 0.0
-        return {
-            "requests": self.requests,
-            "calls": self.calls,
-            "ms_per_request": mean / 1e6,
-            "sd_ms": var**0.5 / 1e6,
-            "blamed": round(self.blamed, 4),
-            "failed_calls": self.failed_calls,
-        }
-
-
-@dataclass(slots=True)
-class WindowEvidence:
-    """The charges of one window's requests."""
-
-    requests: int = 0
-    failed: int = 0
-    latency_ns: float = 0.0
-    latency_sq: float = 0.0
-    entities: dict[str, Charges] = field(default_factory=dict)
-    edges: set[tuple[str, str]] = field(default_factory=set)
-
-    def to_json(self) -> dict[str, Any]:
-        n = self.requests
-        mean = self.latency_ns / n if n else 0.0
-        var = max(0.0, self.latency_sq / n - mean * mean) if n else 0.0
-        return {
-            "requests": n,
-            "failed": self.failed,
-            "error_rate": self.failed / n if n else 0.0,
-            "ms_per_request": mean / 1e6,
-            "sd_ms": var**0.5 / 1e6,
-            "entities": {name: c.to_json(n) for name, c in sorted(self.entities.items())},
-        }
-
-
 def entity_of(span: ScopedSpan, answered: bool, services: frozenset[str]) -> tuple[str, str]:
-    """(name, kind) of the entity a span's exclusive time is charged to."""
+    """(name, kind) of the entity a span's exclusive time is charged to; ``answered``:
+    an instrumented span answered it while it waited (a synchronous child)."""
     service, kind, peer = span[3], span[4], span[5]
-    if kind not in OUTGOING or answered:
-        return service, SERVICE
-    if peer is None:
-        return service, SERVICE  # a call to nobody we can name: the caller's own time
+    if kind not in OUTGOING or answered or peer is None:
+        return service, SERVICE  # its own work, the network to a callee, or an unnamed call
     if peer in services:
-        return peer, SERVICE  # an instrumented callee whose span was not sampled
+        return peer, SERVICE  # an instrumented callee whose span was not kept
+    host = peer.split(".", 1)[0]
+    if "." in peer and host in services:
+        return host, SERVICE  # a cluster host name of an instrumented service
     return peer, DEPENDENCY
 
 
-def _entries(spans: Mapping[str, ScopedSpan], symptom: str) -> list[ScopedSpan]:
-    """The symptom service's requests in one trace: its own spans not called by itself."""
-    out = []
-    for span in spans.values():
-        if span[3] != symptom or span[4] in OUTGOING:
-            continue
-        parent = spans.get(span[2] or "")
-        if parent is None or parent[3] != symptom:
-            out.append(span)
+@dataclass(slots=True)
+class _Call:
+    """One call of an entity: its entry span, time of its own, and whether a failure
+    started in it."""
+
+    entity: str
+    entry: ScopedSpan
+    own_ns: int = 0
+    started_failure: bool = False
+
+
+@dataclass(slots=True)
+class _Window:
+    """Per entity, its calls in one window."""
+
+    own: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
+    failures: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    exemplars: dict[str, list[tuple[float, str, str, float, bool]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
+
+
+@dataclass(slots=True)
+class _Scope:
+    """What the symptom's requests reach, pooled over both windows."""
+
+    requests: list[int] = field(default_factory=lambda: [0, 0])
+    failed: list[int] = field(default_factory=lambda: [0, 0])
+    latency: list[list[int]] = field(default_factory=lambda: [[], []])
+    calls: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    reached: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    started: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # requests
+    propagated: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # of those
+
+
+class _Trace:
+    """One trace's spans as a tree, cut into calls."""
+
+    def __init__(self, spans: Mapping[str, ScopedSpan], services: frozenset[str]) -> None:
+        self.spans = spans
+        self.children: dict[str, list[ScopedSpan]] = defaultdict(list)
+        for span in spans.values():
+            if span[2] is not None and span[2] in spans:
+                self.children[span[2]].append(span)
+        self.services = services
+        self.call_of: dict[str, _Call] = {}
+        self.calls: list[_Call] = []
+        for span in spans.values():
+            if span[2] is None or span[2] not in spans:
+                self._cut(span, None)
+
+    def entity(self, span: ScopedSpan) -> tuple[str, str]:
+        return entity_of(span, self.answered(span), self.services)
+
+    def answered(self, span: ScopedSpan) -> bool:
+        """Whether a child span ran while ``span`` waited (a consumer that starts after
+        its producer ended does not answer the publish: the broker did)."""
+        return any(c[6] < span[7] for c in self.children.get(span[1], []))
+
+    def waited(self, span: ScopedSpan) -> int:
+        """How long ``span``'s children ran within it (each clipped to the span)."""
+        return sum(
+            max(0, min(c[7], span[7]) - max(c[6], span[6])) for c in self.children.get(span[1], [])
+        )
+
+    def _cut(self, root: ScopedSpan, parent_call: _Call | None) -> None:
+        todo = [(root, parent_call)]
+        while todo:
+            span, above = todo.pop()
+            name, kind = self.entity(span)
+            if above is None or above.entity != name or span[3] != above.entry[3]:
+                call = _Call(name, span)
+                self.calls.append(call)
+            else:
+                call = above
+            self.call_of[span[1]] = call
+            below = self.children.get(span[1], [])
+            call.own_ns += max(0, (span[7] - span[6]) - self.waited(span))
+            if span[4] == PRODUCER and kind == DEPENDENCY and below:
+                # A publish's delivery: until the first consumer took the message.
+                call.own_ns += max(0, min(c[6] for c in below) - span[7])
+            todo.extend((child, call) for child in below)
+
+    def duration(self, call: _Call) -> int:
+        return call.entry[7] - call.entry[6]
+
+    def blame(self, span: ScopedSpan, limits: Mapping[str, int]) -> _Call:
+        """The call a failure that started at ``span`` is charged to (see the module)."""
+        while True:
+            slow = [
+                c
+                for c in self.children.get(span[1], [])
+                if c[7] - c[6] > limits.get(self.call_of[c[1]].entity, 1 << 62)
+            ]
+            if not slow:
+                return self.call_of[span[1]]
+            span = max(slow, key=lambda c: (c[7] - c[6], c[1]))
+
+    def failures(self, limits: Mapping[str, int]) -> None:
+        """Mark the calls where this trace's failures started."""
+        for span in self.spans.values():
+            if span[8] and not any(c[8] for c in self.children.get(span[1], [])):
+                self.blame(span, limits).started_failure = True
+
+    def subtree_calls(self, entry: ScopedSpan) -> list[_Call]:
+        """The calls in the subtree of ``entry`` (its own call first)."""
+        seen: dict[int, _Call] = {}
+        todo = [entry]
+        while todo:
+            span = todo.pop()
+            call = self.call_of[span[1]]
+            seen.setdefault(id(call), call)
+            todo.extend(self.children.get(span[1], []))
+        return list(seen.values())
+
+
+def _limits(traces: Sequence[_Trace], baseline: tuple[int, int]) -> dict[str, int]:
+    """Per entity, the call duration only 1 % of its baseline calls exceed."""
+    durations: dict[str, list[int]] = defaultdict(list)
+    for trace in traces:
+        for call in trace.calls:
+            if baseline[0] <= call.entry[6] < baseline[1]:
+                durations[call.entity].append(trace.duration(call))
+    out = {}
+    for name, values in durations.items():
+        if len(values) >= MIN_CALLS:
+            values.sort()
+            out[name] = values[min(len(values) - 1, int(len(values) * SLOW_QUANTILE))]
     return out
 
 
-def charge_requests(
+def _window_of(start: int, windows: Sequence[tuple[int, int]]) -> int | None:
+    for i, (first, last) in enumerate(windows):
+        if first <= start < last:
+            return i
+    return None
+
+
+def gather(
     rows: Iterable[ScopedSpan],
     symptom: str,
     windows: Sequence[tuple[int, int]],
     services: Iterable[str],
-) -> list[WindowEvidence]:
-    """The evidence of each window (``[start, end)`` in ns) from the spans of the traces
-    that reach the symptomatic service; a request belongs to the window its entry span
-    starts in."""
+) -> dict[str, Any]:
+    """The evidence of the baseline and during windows (``[start, end)`` in ns): each
+    entity's calls in both, and how the symptom's requests reach it (JSON)."""
     known = frozenset(services)
-    traces: dict[str, dict[str, ScopedSpan]] = defaultdict(dict)
+    grouped: dict[str, dict[str, ScopedSpan]] = defaultdict(dict)
     for row in rows:
-        traces[row[0]].setdefault(row[1], row)
-    out = [WindowEvidence() for _ in windows]
-    trees = []
-    for spans in traces.values():
-        children: dict[str, list[ScopedSpan]] = defaultdict(list)
-        for span in spans.values():
-            if span[2] is not None and span[2] in spans:
-                children[span[2]].append(span)
-        trees.append((spans, children))
-    limits = _slow_limits(trees, windows[0], known)
-    for spans, children in trees:
-        for entry in _entries(spans, symptom):
-            for evidence, (start, end) in zip(out, windows, strict=True):
-                if start <= entry[6] < end:
-                    _charge(evidence, entry, children, _Rules(known, limits))
-    return out
+        grouped[row[0]].setdefault(row[1], row)
+    traces = [_Trace(spans, known) for spans in grouped.values()]
+    limits = _limits(traces, windows[0])
+    seen = [_Window() for _ in windows]
+    scope = _Scope()
+    kinds: dict[str, str] = {}
+    callers: dict[str, set[str]] = defaultdict(set)
+    for trace in traces:
+        trace.failures(limits)
+        for call in trace.calls:
+            kinds.setdefault(call.entity, trace.entity(call.entry)[1])
+            parent = trace.spans.get(call.entry[2] or "")
+            if parent is not None and trace.call_of[parent[1]].entity != call.entity:
+                callers[call.entity].add(trace.call_of[parent[1]].entity)
+            w = _window_of(call.entry[6], windows)
+            if w is not None:
+                _count(seen[w], call, trace.duration(call))
+        _scope(trace, symptom, windows, scope)
+    return _to_json(seen, scope, kinds, callers)
 
 
-SLOW_QUANTILE = 0.99  # a call slower than this share of its callee's baseline calls is slow
-MIN_CALLS = 20  # baseline calls an entity needs for a slow limit
-
-
-@dataclass(frozen=True, slots=True)
-class _Rules:
-    services: frozenset[str]
-    limits: Mapping[str, int]  # entity -> the duration (ns) beyond which a call is slow
-
-
-def _slow_limits(
-    trees: Sequence[tuple[Mapping[str, ScopedSpan], Mapping[str, list[ScopedSpan]]]],
-    baseline: tuple[int, int],
-    services: frozenset[str],
-) -> dict[str, int]:
-    """Per entity, the duration of its calls that only 1 % of baseline calls exceed."""
-    durations: dict[str, list[int]] = defaultdict(list)
-    for spans, children in trees:
-        for span in spans.values():
-            if baseline[0] <= span[6] < baseline[1]:
-                name = entity_of(span, span[1] in children, services)[0]
-                durations[name].append(span[7] - span[6])
-    limits = {}
-    for name, values in durations.items():
-        if len(values) >= MIN_CALLS:
-            values.sort()
-            limits[name] = values[min(len(values) - 1, int(len(values) * SLOW_QUANTILE))]
-    return limits
-
-
-def _blame(span: ScopedSpan, children: Mapping[str, list[ScopedSpan]], rules: _Rules) -> str:
-    """The entity a failure that started at ``span`` is blamed on: the span's own, or,
-    if it waited on a call slower than that callee's baseline ever was, the callee's
-    (followed down as far as such slow calls go)."""
-    while True:
-        below = children.get(span[1], [])
-        slow = [
-            c for c in below if c[7] - c[6] > rules.limits.get(_name(c, children, rules), 1 << 62)
-        ]
-        if not slow:
-            return _name(span, children, rules)
-        span = max(slow, key=lambda c: (c[7] - c[6], c[1]))
-
-
-def _name(span: ScopedSpan, children: Mapping[str, list[ScopedSpan]], rules: _Rules) -> str:
-    return entity_of(span, span[1] in children, rules.services)[0]
-
-
-def _charge(
-    evidence: WindowEvidence,
-    entry: ScopedSpan,
-    children: Mapping[str, list[ScopedSpan]],
-    rules: _Rules,
-) -> None:
-    """Charge one request (``entry`` and its subtree) to the entities it touched."""
-    spent: dict[str, float] = defaultdict(float)
-    origins: list[str] = []
-    todo: list[tuple[ScopedSpan, str | None]] = [(entry, None)]
-    while todo:
-        span, caller = todo.pop()
-        below = children.get(span[1], [])
-        name, kind = entity_of(span, bool(below), rules.services)
-        charges = evidence.entities.get(name)
-        if charges is None:
-            charges = evidence.entities[name] = Charges(kind)
-        duration = span[7] - span[6]
-        own = max(0, duration - sum(c[7] - c[6] for c in below))
-        spent[name] += own
-        charges.calls += 1
-        if caller is not None and caller != name:
-            charges.callers.add(caller)
-            evidence.edges.add((caller, name))
-        started_here = bool(span[8]) and not any(c[8] for c in below)
-        if started_here:
-            origins.append(_blame(span, children, rules))
-            charges.failed_calls += 1
-        _exemplar(charges, span, own, started_here)
-        todo.extend((child, name) for child in below)
-    failed = bool(entry[8])
-    evidence.requests += 1
-    evidence.failed += failed
-    latency = entry[7] - entry[6]
-    evidence.latency_ns += latency
-    evidence.latency_sq += latency * latency
-    for name, ns in spent.items():
-        charges = evidence.entities[name]
-        charges.requests += 1
-        charges.time_ns += ns
-        charges.time_sq += ns * ns
-    if failed:
-        for name in origins or [_name(entry, children, rules)]:
-            charges = evidence.entities.get(name) or evidence.entities.setdefault(
-                name, Charges(SERVICE)
-            )
-            charges.blamed += 1 / max(1, len(origins))
-
-
-def _exemplar(charges: Charges, span: ScopedSpan, own: float, failed: bool) -> None:
-    """Keep the entity's worst spans: failures first, then the most exclusive time."""
-    rank = (1e18 if failed else 0.0) + own
-    kept = charges.exemplars
+def _count(window: _Window, call: _Call, duration: int) -> None:
+    window.own[call.entity].append(max(call.own_ns, FLOOR_NS))
+    window.failures[call.entity] += call.started_failure
+    rank = (1e18 if call.started_failure else 0.0) + call.own_ns
+    kept = window.exemplars[call.entity]
     if len(kept) < EXEMPLARS or rank > kept[-1][0]:
-        kept.append((rank, span[0], span[1], (span[7] - span[6]) / 1e6, failed))
+        entry = call.entry
+        kept.append((rank, entry[0], entry[1], duration / 1e6, call.started_failure))
         kept.sort(key=lambda e: (-e[0], e[1], e[2]))
         del kept[EXEMPLARS:]
+
+
+def _scope(trace: _Trace, symptom: str, windows: Sequence[tuple[int, int]], scope: _Scope) -> None:
+    """Count what each of the symptom's requests in this trace reaches."""
+    for call in trace.calls:
+        entry = call.entry
+        if call.entity != symptom or entry[3] != symptom or entry[4] in OUTGOING:
+            continue
+        w = _window_of(entry[6], windows)
+        if w is None:
+            continue
+        scope.requests[w] += 1
+        scope.failed[w] += bool(entry[8])
+        scope.latency[w].append(entry[7] - entry[6])
+        reached = trace.subtree_calls(entry)
+        for name in {c.entity for c in reached}:
+            scope.reached[name] += 1
+        for below in reached:
+            scope.calls[below.entity] += 1
+        for name in {c.entity for c in reached if c.started_failure}:
+            scope.started[name] += 1
+            scope.propagated[name] += bool(entry[8])
+
+
+def _stats(own: Sequence[int], failures: int) -> dict[str, Any]:
+    logs = [math.log(ns / 1e6) for ns in own]
+    n = len(own)
+    return {
+        "calls": n,
+        "median_ms": statistics.median(own) / 1e6 if n else 0.0,
+        "mean_log": statistics.fmean(logs) if n else 0.0,
+        "sd_log": statistics.pstdev(logs) if n > 1 else 0.0,
+        "failures": failures,
+        "failure_rate": failures / n if n else 0.0,
+    }
+
+
+def _to_json(
+    seen: Sequence[_Window],
+    scope: _Scope,
+    kinds: Mapping[str, str],
+    callers: Mapping[str, set[str]],
+) -> dict[str, Any]:
+    requests = sum(scope.requests)
+    entities: dict[str, Any] = {}
+    for name in sorted(kinds):
+        started = scope.started.get(name, 0)
+        entities[name] = {
+            "kind": kinds[name],
+            "baseline": _stats(seen[0].own.get(name, []), seen[0].failures.get(name, 0)),
+            "during": _stats(seen[1].own.get(name, []), seen[1].failures.get(name, 0)),
+            "calls_per_request": scope.calls.get(name, 0) / requests if requests else 0.0,
+            "reach": scope.reached.get(name, 0) / requests if requests else 0.0,
+            "propagation": scope.propagated.get(name, 0) / started if started else 1.0,
+            "exemplars": [
+                {"trace_id": t, "span_id": s, "duration_ms": round(d, 3), "error": e}
+                for _rank, t, s, d, e in seen[1].exemplars.get(name, [])
+            ],
+        }
+    symptom = {
+        label: {
+            "requests": scope.requests[i],
+            "failed": scope.failed[i],
+            "error_rate": scope.failed[i] / scope.requests[i] if scope.requests[i] else 0.0,
+            "median_ms": statistics.median(scope.latency[i]) / 1e6 if scope.latency[i] else 0.0,
+        }
+        for i, label in enumerate(("baseline", "during"))
+    }
+    return {
+        "symptom": symptom,
+        "entities": entities,
+        "callers": {name: sorted(c) for name, c in sorted(callers.items())},
+    }

@@ -38,7 +38,7 @@ __all__ = [
     "fingerprint",
 ]
 
-MAX_SCOPED = 40_000  # spans of a service in a window above which its traces are sampled
+MAX_SPANS = 300_000  # spans in a diagnosis's windows above which traces are sampled
 INDEX_FORMAT = "2"  # bump when the schema changes: an older index is rebuilt
 _SQL = load_queries("keel.bridge", "index.sql")
 
@@ -321,18 +321,20 @@ class TraceIndex:
                 )
         return out
 
-    def scoped_spans(
-        self, service: str, start: int, end: int, *, limit: int = MAX_SCOPED
+    def spans_between(
+        self, services: Sequence[str], start: int, end: int, *, limit: int = MAX_SPANS
     ) -> tuple[list[ScopedSpan], float]:
-        """Every span of the traces that reach ``service`` in [start, end), and the share
-        of those traces that was read: above ``limit`` spans of ``service`` in the
-        window, a deterministic sample of traces (by trace id) is read instead."""
+        """Every span of ``services`` that starts in [start, end), and the share of traces
+        read: above ``limit`` spans in the window, a deterministic sample of whole traces
+        (by trace id) is read instead, so memory and time stay bounded."""
         first, last = start // NS_PER_MINUTE, -(-end // NS_PER_MINUTE)
+        rows: list[ScopedSpan] = []
         with self._connect() as conn:
-            count = conn.execute(_SQL["count_spans"], (service, first, last)).fetchone()[0]
+            count = conn.execute(_SQL["count_spans"], (first, last)).fetchone()[0]
             share = min(1.0, limit / count) if count else 1.0
             bound = "g" if share >= 1.0 else f"{int(share * 0x10000):04x}"
-            rows = conn.execute(_SQL["scoped_spans"], (service, start, end, bound)).fetchall()
+            for service in services:
+                rows.extend(conn.execute(_SQL["service_spans"], (service, start, end, bound)))
         return rows, share
 
     def callers(

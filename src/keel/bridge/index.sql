@@ -91,16 +91,13 @@ WHERE child.service = ? AND child.start_ns >= ? AND child.start_ns < ?
   AND child.parent_id IS NOT NULL
 GROUP BY parent.service;
 
--- name: scoped_spans
--- Every span of the traces in which `service` has a span starting in [start, end), for
--- trace ids below a bound (a deterministic sample of traces when there are many).
-SELECT s.trace_id, s.span_id, s.parent_id, s.service, s.kind, s.peer, s.start_ns, s.end_ns,
-       s.error
-FROM spans AS s
-WHERE s.trace_id IN (
-    SELECT trace_id FROM spans
-    WHERE service = ? AND start_ns >= ? AND start_ns < ? AND trace_id < ?
-);
+-- name: service_spans
+-- One service's spans starting in [start, end), for trace ids below a bound (a
+-- deterministic sample of whole traces when there are many).
+SELECT trace_id, span_id, parent_id, service, kind, peer, start_ns, end_ns, error
+FROM spans
+WHERE service = ? AND start_ns >= ? AND start_ns < ? AND trace_id < ?;
 
 -- name: count_spans
-SELECT coalesce(sum(spans), 0) FROM minute_stats WHERE service = ? AND minute >= ? AND minute < ?;
+-- Spans of every service in minutes [first, last) (client spans aside: an estimate).
+SELECT coalesce(sum(spans), 0) FROM minute_stats WHERE minute >= ? AND minute < ?;

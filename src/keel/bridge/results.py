@@ -54,6 +54,7 @@ class Hypothesis(RootCause):
     claims: list[Claim]
     rank: int
     path: list[str]
+    suspect: str  # the anomalous service or dependency the hypothesis explains
 
 
 class Windows(TypedDict):
@@ -63,30 +64,33 @@ class Windows(TypedDict):
     during: list[str]
 
 
-class Symptom(TypedDict, total=False):
-    """How the symptomatic service's requests changed (before, during)."""
+class Symptom(TypedDict):
+    """How the symptomatic service's requests look, before and during."""
 
     changed: bool
-    why: str
+    impact: float
+    requests: list[int]
     error_rate: list[float]
-    ms_per_request: list[float]
-    error_z: float
-    latency_z: float
-    errors_rose: bool
-    slower: bool
+    median_ms: list[float]
 
 
 class Suspect(TypedDict):
-    """A service or dependency whose own change accounts for part of the symptom's."""
+    """A service or dependency the symptom's requests reach whose own calls changed."""
 
     kind: Literal["service", "dependency"]
-    share: float
-    error_share: float
-    time_share: float
-    blamed_rate: list[float]
-    blame_z: float
-    ms_per_request: list[float]
+    share: float  # of all the evidence (0..1)
+    weight: float
+    impact: float  # added time and failures, relative to the symptom's usual
+    added_ms: float  # time it adds to a request of the symptom
+    failing_requests: float  # share of the symptom's requests it now fails
+    slower: bool
+    failing: bool
     time_z: float
+    failure_z: float
+    ratio: float  # median own time per call, during / baseline
+    median_ms: list[float]
+    failure_rate: list[float]
+    reach: float  # share of the symptom's requests that reach it
     signals: list[str]
 
 

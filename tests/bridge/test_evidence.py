@@ -1,0 +1,192 @@
+"""The evidence the diagnosis rests on, on small hand-built traces: who is charged for
+time and failures, and how suspects are scored and ranked (pure functions, no index)."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from keel.bridge.diagnosis import rank_hypotheses, score_suspects
+from keel.bridge.evidence import DEPENDENCY, SERVICE, ScopedSpan, entity_of, gather
+
+MS = 1_000_000
+MINUTE = 60_000 * MS
+BASELINE = (0, 30 * MINUTE)
+DURING = (30 * MINUTE, 40 * MINUTE)
+SERVICES = ("edge", "fanout", "orders", "a", "b", "c", "d", "e", "f", "g", "h")
+
+
+class Traces:
+    """Builds spans: ``call(parent, service, ms)`` and friends return the new span."""
+
+    def __init__(self) -> None:
+        self.rows: list[ScopedSpan] = []
+        self.ids = 0
+
+    def _id(self) -> str:
+        self.ids += 1
+        return f"{self.ids:016x}"
+
+    def span(
+        self,
+        trace: str,
+        parent: ScopedSpan | None,
+        service: str,
+        start: int,
+        ms: float,
+        *,
+        kind: int = 2,
+        peer: str | None = None,
+        error: bool = False,
+    ) -> ScopedSpan:
+        row: ScopedSpan = (
+            trace,
+            self._id(),
+            None if parent is None else parent[1],
+            service,
+            kind,
+            peer,
+            start,
+            start + int(ms * MS),
+            int(error),
+        )
+        self.rows.append(row)
+        return row
+
+
+def _request(t: Traces, start: int, *, own_ms: float, db_ms: float, db_error: bool = False) -> None:
+    """edge -> orders (own work, then a call to the uninstrumented database)."""
+    trace = f"{t.ids:032x}"
+    edge = t.span(trace, None, "edge", start, own_ms + db_ms + 2, error=db_error)
+    orders = t.span(trace, edge, "orders", start + MS, own_ms + db_ms, error=db_error)
+    t.span(
+        trace,
+        orders,
+        "orders",
+        start + MS + int(own_ms * MS),
+        db_ms,
+        kind=3,
+        peer="pg-orders",
+        error=db_error,
+    )
+
+
+def _traffic(slow_own: float = 1.0, slow_db: float = 1.0, db_errors: float = 0.0) -> Traces:
+    rng = random.Random(7)
+    t = Traces()
+    for i in range(1200):
+        start = i * (40 * MINUTE // 1200)
+        during = start >= DURING[0]
+        own = rng.lognormvariate(0, 0.2) * 5 * (slow_own if during else 1)
+        db = rng.lognormvariate(0, 0.2) * 8 * (slow_db if during else 1)
+        failed = during and rng.random() < db_errors
+        _request(t, start, own_ms=own, db_ms=db, db_error=failed)
+    return t
+
+
+def _diagnose(t: Traces) -> dict[str, Any]:
+    evidence = {"sampled": 1.0, **gather(t.rows, "edge", [BASELINE, DURING], SERVICES)}
+    scores = score_suspects(evidence)
+    windows = {
+        "service": "edge",
+        "onset": "T",
+        "how": "test",
+        "baseline": list(BASELINE),
+        "during": list(DURING),
+    }
+    incident = {"id": "INC-1", "title": "t", "opened_at": "T"}
+    return rank_hypotheses(incident, windows, evidence, scores, {"changes": []})
+
+
+def test_a_service_is_judged_by_its_own_time_not_its_calls() -> None:
+    """orders' handler gets 8x slower while its database calls stay as they were: orders
+    is the cause (a service), not the edge that calls it nor the database."""
+    result = _diagnose(_traffic(slow_own=8.0))
+    assert result["root_cause"]["service"] == "orders"
+    assert result["root_cause"]["type"] == "service"
+    assert result["confidence"] >= 0.5
+
+
+def test_an_uninstrumented_dependency_is_a_suspect_of_its_own() -> None:
+    """The database (only its callers' client spans) gets 10x slower: it is named, as a
+    dependency, with a cited client span."""
+    result = _diagnose(_traffic(slow_db=10.0))
+    top = result["root_cause"]
+    assert (top["service"], top["type"], top["kind"]) == ("pg-orders", DEPENDENCY, "dependency")
+    cited = {c["kind"] for c in result["citations"]}
+    assert "span" in cited
+
+
+def test_failures_are_blamed_where_they_start() -> None:
+    """Failures that start in the database's calls (the callers fail with them) are
+    the database's."""
+    result = _diagnose(_traffic(db_errors=0.3))
+    assert result["root_cause"]["service"] == "pg-orders"
+
+
+def test_no_change_is_no_clear_cause() -> None:
+    """Nothing changed: no root cause, confidence 0, and the conclusion says so."""
+    result = _diagnose(_traffic())
+    assert result["root_cause"] is None
+    assert result["confidence"] == 0.0
+    assert result["conclusion"].startswith("No clear cause for INC-1")
+
+
+def test_a_diluted_failure_below_a_fan_out_is_still_found() -> None:
+    """The edge calls a fan-out that calls eight services in parallel and tolerates
+    failures; one of them fails 40 % of its calls. The edge's own error rate hardly
+    moves, yet that service is the cause."""
+    rng = random.Random(3)
+    t = Traces()
+    for i in range(1200):
+        start = i * (40 * MINUTE // 1200)
+        trace = f"{i:032x}"
+        edge = t.span(trace, None, "edge", start, 30)
+        fanout = t.span(trace, edge, "fanout", start + MS, 25)
+        for name in "abcdefgh":
+            failed = name == "c" and start >= DURING[0] and rng.random() < 0.4
+            t.span(
+                trace, fanout, name, start + 2 * MS, rng.lognormvariate(0, 0.2) * 10, error=failed
+            )
+    result = _diagnose(t)
+    assert result["root_cause"]["service"] == "c"
+
+
+def test_a_timeout_waiting_on_a_slow_callee_is_the_callee_s() -> None:
+    """A caller's span fails (a timeout) while its child, a callee, took far longer than
+    its baseline calls ever did: the failure starts in the callee."""
+    t = Traces()
+    for i in range(400):
+        start = i * (40 * MINUTE // 400)
+        trace = f"{i:032x}"
+        slow = start >= DURING[0]
+        edge = t.span(trace, None, "edge", start, 60 if slow else 12, error=slow)
+        t.span(trace, edge, "orders", start + MS, 300 if slow else 10 + (i % 5))
+    evidence = gather(t.rows, "edge", [BASELINE, DURING], SERVICES)
+    assert evidence["entities"]["orders"]["during"]["failures"] > 0
+    assert evidence["entities"]["edge"]["during"]["failures"] == 0
+
+
+def test_a_publish_is_the_broker_s_and_so_is_the_delivery_lag() -> None:
+    """A producer span whose consumer starts after it ended is a call to the broker (the
+    topic), charged the publish and the wait until a consumer took the message."""
+    t = Traces()
+    producer = t.span("t" * 32, None, "orders", 0, 2, kind=4, peer="order-events")
+    t.span("t" * 32, producer, "worker", 50 * MS, 5, kind=5)
+    evidence = gather(t.rows, "orders", [(0, MINUTE), (MINUTE, 2 * MINUTE)], ["orders", "worker"])
+    broker = evidence["entities"]["order-events"]
+    assert broker["kind"] == DEPENDENCY
+    assert broker["baseline"]["median_ms"] == 50  # 2 ms publish + 48 ms until consumed
+
+
+def test_entity_names() -> None:
+    """Own spans are their service's; an unanswered client call is the callee's, named
+    by its attributes; a host name of a known service is that service."""
+    services = frozenset({"orders", "billing"})
+    own: ScopedSpan = ("t", "s", None, "orders", 2, None, 0, 1, 0)
+    call: ScopedSpan = ("t", "s", None, "orders", 3, "pg-orders", 0, 1, 0)
+    host: ScopedSpan = ("t", "s", None, "orders", 3, "billing.prod.svc.cluster.local", 0, 1, 0)
+    assert entity_of(own, False, services) == ("orders", SERVICE)
+    assert entity_of(call, False, services) == ("pg-orders", DEPENDENCY)
+    assert entity_of(call, True, services) == ("orders", SERVICE)  # answered: the network
+    assert entity_of(host, False, services) == ("billing", SERVICE)
