@@ -69,7 +69,8 @@ MORE_FAILURES = 0.01  # rise of the share of calls where failures start that cou
 MIN_CALLS = 20  # baseline calls an entity needs to be judged
 FAILURE_FLOOR = 0.02  # failures of a request taken as usual at least (impact's scale)
 NOTICED = 0.05  # weight of a sure change that does not show in the symptom's numbers
-MIN_SHARE = 0.1  # share of all impact a suspect must account for
+MIN_SHARE = 0.02  # share of all the evidence a suspect needs to be listed
+MAX_HYPOTHESES = 6  # hypotheses a result lists
 OWN = 0.7  # weight of "the suspect failed on its own" against a change that explains it
 RELATIONS = {"own": 1.0, "caller": 0.45, "upstream": 0.15}
 """How well a change of a service explains an anomaly: on the service itself; on a
@@ -439,9 +440,14 @@ def rank_hypotheses(
     cites = Citations()
     incident_cite = cites.incident(incident["id"])
     ranked = _hypotheses(scores, changes) if scores["symptom"]["changed"] else []
-    distinct: list[Json] = []
+    # The best explanation of each anomaly first, then other explanations of the same
+    # ones: the alternatives a reader sees are other causes, not variations of the top.
+    best: dict[str, Json] = {}
     for hypothesis in ranked:
-        if len(distinct) < 6 and all(
+        best.setdefault(hypothesis["suspect"], hypothesis)
+    distinct: list[Json] = []
+    for hypothesis in [*best.values(), *ranked]:
+        if len(distinct) < MAX_HYPOTHESES and all(
             (h["service"], h["deploy_id"]) != (hypothesis["service"], hypothesis["deploy_id"])
             for h in distinct
         ):
