@@ -68,6 +68,9 @@ KIND_ORDER = [
     "bad_deploy",
     "overlapping",
     "noise_only",
+    # the kinds of `keel bridge sample-data` (see sample_answers.py)
+    "saturation",
+    "config_change",
 ]
 
 
