@@ -21,7 +21,7 @@ from typing_extensions import TypedDict  # pydantic's choice below Python 3.12
 
 from keel.errors import ConfigurationError
 from keel.model import INTERNAL_ERROR, Status
-from keel.runtime import Keel, TaskContext, ToolResult
+from keel.runtime import Keel, TaskContext, ToolError, ToolResult
 from keel.runtime.outcomes import ResultShape
 from keel.store import Store
 
@@ -330,3 +330,23 @@ def test_shape_of_a_handler_reads_only_the_return_annotation() -> None:
     shape = ResultShape.of("h", handler)
     assert shape is not None
     assert shape.type is Report
+
+
+async def test_a_typed_tool_s_error_result_carries_no_structured_content(store: Store) -> None:
+    """A ToolError of a tool with an output schema: isError with its text only, since
+    clients check any structured content against the output schema (an untyped tool
+    keeps an error's structured content: tests/runtime/test_outcomes.py)."""
+    app = Keel(store)
+
+    @app.task("report")
+    async def report(ctx: TaskContext) -> Report:
+        raise ToolError("no such incident", structured={"error": "no such incident"})
+
+    assert app.tasks["report"].output is not None
+    task = await app.submit("report")
+    async with running(worker(app)):
+        done = await settles(store, task.task_id)
+    assert done.result == {
+        "content": [{"type": "text", "text": "no such incident"}],
+        "isError": True,
+    }

@@ -289,10 +289,15 @@ def tool_result(value: Any, shape: ResultShape | None = None) -> JsonObject:
     return result
 
 
-def error_result(error: ToolError) -> JsonObject:
-    """A :class:`ToolError` as a tool result with ``isError: true``."""
+def error_result(error: ToolError, shape: ResultShape | None = None) -> JsonObject:
+    """A :class:`ToolError` as a tool result with ``isError: true``.
+
+    Its structured content is kept only for a tool that publishes no ``outputSchema``
+    (``shape`` None): clients (the TypeScript SDK, the Inspector) check any structured
+    content against the tool's output schema, error or not, and an error's seldom fits.
+    """
     result: JsonObject = {"content": [{"type": "text", "text": error.message}], "isError": True}
-    if error.structured is not None:
+    if error.structured is not None and shape is None:
         result["structuredContent"] = error.structured
     return result
 

@@ -340,7 +340,7 @@ class Worker:
                 except Parked:
                     outcome = ("parked", None)
                 except ToolError as exc:
-                    outcome = ("complete", error_result(exc))
+                    outcome = ("complete", error_result(exc, definition.output))
                 except InputDeclined as exc:
                     # The user said no; asking again on a retry would get the same answer.
                     outcome = ("complete", error_result(ToolError(str(exc))))
