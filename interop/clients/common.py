@@ -1,0 +1,61 @@
+"""What every Python client of the interop matrix shares (standard library only: it runs
+in Keel's environment and in the separate FastMCP one).
+
+A client is started with one argument, a JSON file: ``{"target": …, "ops": […]}``.
+``target`` is ``{"transport": "http", "url": …}`` or ``{"transport": "stdio", "command":
+[…], "env": {…}}``. Each op is ``{"id", "kind": "call"|"cancel"|"restart", "tool",
+"args", "answer"}``; the client prints one JSON line per op, ``{"id", "outcome"}``, where
+an outcome is one of
+
+- ``{"result": {"isError": bool, "text": str}}``: the client's final tool result;
+- ``{"error": {"code": int | None, "message": str}}``: what the client raised;
+- ``{"status": str, "text": str}``: a task's final status as the client reports it;
+- ``{"na": reason}``: the client has no way to do this.
+
+A restart op prints ``{"event": "ready", "running": id, "waiting": id}`` once both tasks
+are where they must be, waits for a line on stdin (the driver has SIGKILLed and restarted
+the server meanwhile), reconnects, and reports ``{"running": outcome, "waiting":
+outcome}``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+
+def load_plan() -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    with open(sys.argv[1], encoding="utf-8") as f:
+        plan = json.load(f)
+    return plan["target"], plan["ops"]
+
+
+def emit(obj: dict[str, Any]) -> None:
+    print(json.dumps(obj), flush=True)
+
+
+def wait_for_go() -> None:
+    line = sys.stdin.readline()
+    if line.strip() != "go":
+        raise SystemExit(f"expected 'go' from the driver, got {line!r}")
+
+
+def text_of(content: Any) -> str:
+    """The text blocks of a CallToolResult's content, joined."""
+    parts = []
+    for block in content or []:
+        text = block.get("text") if isinstance(block, dict) else getattr(block, "text", None)
+        if text:
+            parts.append(text)
+    return "\n".join(parts)
+
+
+def error_outcome(exc: BaseException) -> dict[str, Any]:
+    """An exception as an outcome: the JSON-RPC code when the client kept one."""
+    error = getattr(exc, "error", None)
+    code = getattr(error, "code", None) if error is not None else getattr(exc, "code", None)
+    message = str(exc) or type(exc).__name__
+    if isinstance(exc, BaseExceptionGroup):
+        return error_outcome(exc.exceptions[0])
+    return {"error": {"code": code if isinstance(code, int) else None, "message": message[:300]}}

@@ -1,0 +1,449 @@
+"""The interop matrix: real third-party MCP clients against Keel, one table of results.
+
+    uv run python interop/run_matrix.py --out docs/interop.md
+
+Needs ``npm ci`` in ``interop/`` and the FastMCP environment (``interop/.venv-fastmcp``,
+from ``interop/requirements.txt``); ``.ci/run`` prepares both. Every client runs the
+same operations against ``keel serve --app conformance`` and the Bridge, over HTTP and
+stdio; then, once per client, its server is SIGKILLed with one task running and one
+waiting for input (``interop_app.py``, a one-second lease) and started again on the same
+store. Keel's own client also runs against a FastMCP server (``fastmcp_server.py``).
+
+Each cell is ``pass``, ``n/a: why`` (the client has no way to do it), ``FAIL: what
+happened``, or ``other side: …`` (a defect of the third-party client, reproduced by a
+script in ``interop/repro/`` and described in ``docs/interop.md``). The exit status is 1
+when any cell is ``FAIL``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cells import (
+    OPS,
+    Expect,
+    bridge_plan,
+    conformance_plan,
+    fastmcp_plan,
+    judge,
+    restart_plan,
+)
+
+HERE = Path(__file__).resolve().parent
+NODE = HERE / "node_modules" / ".bin" / "node"
+FASTMCP_PYTHON = HERE / ".venv-fastmcp" / "bin" / "python"
+START_TIMEOUT = 30.0
+ROW_TIMEOUT = 150.0
+
+
+@dataclass(frozen=True)
+class ClientKind:
+    key: str
+    label: str
+    argv: Callable[[], list[str]]  # the command; the plan file is appended, then flags
+    flags: tuple[str, ...] = ()
+    transports: tuple[str, ...] = ("http", "stdio")
+
+
+def _node(script: str) -> Callable[[], list[str]]:
+    return lambda: [str(NODE), str(HERE / "clients" / script)]
+
+
+def _python(script: str, python: Path | None = None) -> Callable[[], list[str]]:
+    return lambda: [str(python or sys.executable), str(HERE / "clients" / script)]
+
+
+CLIENTS = [
+    ClientKind(
+        "fastmcp",
+        "FastMCP 4.1.4 `Client` + `fastmcp_tasks`",
+        _python("py_fastmcp.py", FASTMCP_PYTHON),
+    ),
+    ClientKind(
+        "ts-v2",
+        "`@modelcontextprotocol/client` 2.4.0 + `ext-tasks` 0.2.2",
+        _node("ts_v2.mjs"),
+    ),
+    ClientKind(
+        "ts-sdk1",
+        "`@modelcontextprotocol/sdk` 1.32.2 (2025-11-25 tasks, `callToolStream`)",
+        _node("ts_sdk1.mjs"),
+    ),
+    ClientKind(
+        "inspector",
+        "MCP Inspector 2.12.0 `--cli`",
+        _python("inspector.py"),
+    ),
+    ClientKind(
+        "python-ext",
+        "official Python `Client` (mcp 2.3.0) + Keel `TasksClientExtension`",
+        _python("py_official.py"),
+        ("--ext",),
+    ),
+    ClientKind(
+        "python", "official Python `Client` (mcp 2.3.0), no extension", _python("py_official.py")
+    ),
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def wait_port(port: int, proc: asyncio.subprocess.Process, deadline: float) -> bool:
+    """Poll (bounded) until the port accepts connections or the process exits."""
+    while time.monotonic() < deadline:
+        if proc.returncode is not None:
+            return False
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            await asyncio.sleep(0.1)
+            continue
+        writer.close()
+        return True
+    return False
+
+
+@dataclass
+class Server:
+    """One ``keel serve`` (or FastMCP) HTTP server on 127.0.0.1; restartable on its port."""
+
+    name: str
+    argv: list[str]  # without --port
+    env: dict[str, str]
+    log_dir: Path
+    port: int = 0
+    proc: asyncio.subprocess.Process | None = None
+    starts: int = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    async def start(self, same_port: bool = False) -> None:
+        """Start it; a port someone else took meanwhile is retried with another one."""
+        for _ in range(5):
+            if not same_port or not self.port:
+                self.port = free_port()
+            self.starts += 1
+            log = open(self.log_dir / f"{self.name}.{self.starts}.log", "wb")  # noqa: SIM115, ASYNC230
+            self.proc = await asyncio.create_subprocess_exec(
+                *self.argv,
+                "--port",
+                str(self.port),
+                env=self.env,
+                stdout=log,
+                stderr=asyncio.subprocess.STDOUT,
+                stdin=asyncio.subprocess.DEVNULL,
+            )
+            log.close()
+            if await wait_port(self.port, self.proc, time.monotonic() + START_TIMEOUT):
+                return
+            await self.stop()
+            if not same_port:
+                continue
+            await asyncio.sleep(0.2)  # the old socket may linger a moment after SIGKILL
+        raise RuntimeError(f"{self.name} did not start; see {self.log_dir}")
+
+    async def kill(self) -> None:
+        if self.proc and self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGKILL)
+            await self.proc.wait()
+
+    async def stop(self) -> None:
+        if self.proc and self.proc.returncode is None:
+            self.proc.terminate()
+            try:
+                await asyncio.wait_for(self.proc.wait(), 10)
+            except TimeoutError:
+                await self.kill()
+
+
+@dataclass
+class Matrix:
+    work: Path
+    env: dict[str, str]
+    bridge_data: Path
+    rows: dict[str, dict[str, str]] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+    limit: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(3))
+
+    def keel(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "keel", *args]
+
+    def store(self, name: str) -> str:
+        return str(self.work / f"{name}.db")
+
+    def serve_argv(self, app: str, store: str) -> list[str]:
+        if app == "bridge":
+            return self.keel(
+                "serve", "--data-dir", str(self.bridge_data), "--store", store, "--pace", "0.2"
+            )
+        return self.keel("serve", "--app", app, "--store", store)
+
+    def server(self, name: str, app: str) -> Server:
+        return Server(name, self.serve_argv(app, self.store(name)), self.env, self.work)
+
+    def stdio_target(self, name: str, app: str, pidfile: Path | None = None) -> dict[str, Any]:
+        argv = [*self.serve_argv(app, self.store(name)), "--transport", "stdio"]
+        if pidfile is not None:  # the driver SIGKILLs what this wrapper became
+            argv = ["sh", "-c", 'echo $$ > "$0"; exec "$@"', str(pidfile), *argv]
+        return {"transport": "stdio", "command": argv, "env": self.env}
+
+    async def run_client(
+        self,
+        kind: ClientKind,
+        target: dict[str, Any],
+        ops: list[dict[str, Any]],
+        tag: str,
+        on_ready: Callable[[dict[str, Any]], Any] | None = None,
+    ) -> dict[str, Any]:
+        """Run one client process over a plan; its outcomes by op id (or an error)."""
+        plan = self.work / f"plan-{tag}.json"
+        plan.write_text(json.dumps({"target": target, "ops": ops}))
+        log = open(self.work / f"client-{tag}.log", "wb")  # noqa: SIM115, ASYNC230
+        proc = await asyncio.create_subprocess_exec(
+            *kind.argv(),
+            str(plan),
+            *kind.flags,
+            env=self.env,
+            cwd=HERE / "clients",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=log,
+        )
+        log.close()
+        outcomes: dict[str, Any] = {}
+        assert proc.stdout is not None
+        assert proc.stdin is not None
+        try:
+            async with asyncio.timeout(ROW_TIMEOUT):
+                async for raw in proc.stdout:
+                    line = raw.decode(errors="replace").strip()
+                    if not line.startswith("{"):
+                        continue
+                    message = json.loads(line)
+                    if message.get("event") == "ready" and on_ready is not None:
+                        await on_ready(message)
+                        proc.stdin.write(b"go\n")
+                        await proc.stdin.drain()
+                    elif "id" in message:
+                        outcomes[message["id"]] = message["outcome"]
+                await proc.wait()
+        except TimeoutError:
+            outcomes.setdefault("_", {"error": {"code": None, "message": "client timed out"}})
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+        if proc.returncode and not outcomes:
+            tail = (self.work / f"client-{tag}.log").read_text(errors="replace")[-300:]
+            outcomes["_"] = {"error": {"code": None, "message": f"exit {proc.returncode}: {tail}"}}
+        return outcomes
+
+    def record(
+        self, row: str, label: str, ops: dict[str, Expect], outcomes: dict[str, Any]
+    ) -> None:
+        cells = self.rows.setdefault(row, {})
+        self.labels[row] = label
+        for op, expect in ops.items():
+            outcome = outcomes.get(op) or outcomes.get("_") or {"error": {"message": "no outcome"}}
+            cells[op] = judge(op, expect, outcome, row)
+
+    async def run_ops(self, kind: ClientKind, transport: str, app: str, url: str | None) -> None:
+        async with self.limit:
+            started = time.monotonic()
+            tag = f"{kind.key}-{transport}-{app}"
+            target = (
+                {"transport": "http", "url": url}
+                if transport == "http"
+                else self.stdio_target(f"stdio-{tag}", app)
+            )
+            plan = conformance_plan() if app == "conformance" else bridge_plan(self.bridge_data)
+            ops = [dict(op.request, id=name) for name, op in plan.items()]
+            outcomes = await self.run_client(kind, target, ops, tag)
+            self.record(f"{kind.key} · {transport} · {app}", kind.label, plan, outcomes)
+            self.seconds[tag] = time.monotonic() - started
+
+    async def run_restart(self, kind: ClientKind, transport: str) -> None:
+        async with self.limit:
+            started = time.monotonic()
+            tag = f"{kind.key}-{transport}-restart"
+            expect = restart_plan()
+            op = dict(expect.request, id="restart")
+            server: Server | None = None
+            pidfile = self.work / f"{tag}.pid"
+            if transport == "http":
+                server = self.server(tag, "interop_app:app")
+                await server.start()
+                target: dict[str, Any] = {"transport": "http", "url": server.url}
+            else:
+                target = self.stdio_target(tag, "interop_app:app", pidfile)
+
+            async def kill_and_restart(ready: dict[str, Any]) -> None:
+                if server is not None:
+                    await server.kill()
+                    await server.start(same_port=True)
+                else:  # stdio: the client starts the next server when it reconnects
+                    with contextlib.suppress(ProcessLookupError, ValueError):
+                        os.kill(int(pidfile.read_text().strip()), signal.SIGKILL)
+
+            try:
+                outcomes = await self.run_client(kind, target, [op], tag, kill_and_restart)
+            finally:
+                if server is not None:
+                    await server.stop()
+            row = f"{kind.key} · {transport} · conformance"
+            self.record(row, kind.label, {"restart": expect}, outcomes)
+            self.seconds[tag] = time.monotonic() - started
+
+
+async def prepare_bridge(matrix: Matrix) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        *matrix.keel("serve", "--check", "--data-dir", str(matrix.bridge_data)),
+        env=matrix.env,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await proc.communicate()
+    if proc.returncode:
+        raise RuntimeError(f"keel serve --check failed: {err.decode()[-500:]}")
+
+
+@contextlib.asynccontextmanager
+async def shared_servers(matrix: Matrix) -> AsyncIterator[dict[str, Server]]:
+    servers = {app: matrix.server(f"shared-{app}", app) for app in ("conformance", "bridge")}
+    try:
+        await asyncio.gather(*(s.start() for s in servers.values()))
+        yield servers
+    finally:
+        await asyncio.gather(*(s.stop() for s in servers.values()))
+
+
+async def run_fastmcp_server_row(matrix: Matrix, redis_url: str) -> None:
+    """Keel's client (the official client + TasksClientExtension) against FastMCP's server."""
+    async with matrix.limit:
+        started = time.monotonic()
+        env = dict(matrix.env, INTEROP_REDIS_URL=redis_url)
+        server = Server(
+            "fastmcp-server",
+            [str(FASTMCP_PYTHON), str(HERE / "fastmcp_server.py")],
+            env,
+            matrix.work,
+        )
+        plan = fastmcp_plan()
+        try:
+            await server.start()
+            ops = [dict(op.request, id=name) for name, op in plan.items()]
+            kind = next(k for k in CLIENTS if k.key == "python-ext")
+            outcomes = await matrix.run_client(
+                kind, {"transport": "http", "url": server.url}, ops, "keel-vs-fastmcp"
+            )
+        except RuntimeError as exc:
+            outcomes = {"_": {"error": {"code": None, "message": str(exc)}}}
+        finally:
+            await server.stop()
+        matrix.record(
+            "keel client · http · FastMCP 4.1.4 server",
+            "Keel's client against FastMCP's server",
+            plan,
+            outcomes,
+        )
+        matrix.seconds["keel-vs-fastmcp"] = time.monotonic() - started
+
+
+def render(matrix: Matrix, total: float) -> str:
+    columns = [op for op in OPS if any(op in cells for cells in matrix.rows.values())]
+    lines = [
+        "| client · transport · server | " + " | ".join(columns) + " |",
+        "|---|" + "---|" * len(columns),
+    ]
+    for row, cells in matrix.rows.items():
+        label = f"{matrix.labels[row]}<br>`{row}`"
+        lines.append(f"| {label} | " + " | ".join(cells.get(op, "") for op in columns) + " |")
+    counts = {"pass": 0, "n/a": 0, "FAIL": 0, "other side": 0}
+    for cells in matrix.rows.values():
+        for cell in cells.values():
+            for prefix in counts:
+                if cell.startswith(prefix):
+                    counts[prefix] += 1
+    summary = ", ".join(f"{n} {k}" for k, n in counts.items())
+    return "\n".join(lines) + f"\n\nCells: {summary}. Whole run: {total:.0f} s.\n"
+
+
+def write_doc(out: Path, table: str) -> None:
+    text = out.read_text() if out.exists() else ""
+    begin, end = "<!-- matrix:begin -->", "<!-- matrix:end -->"
+    block = f"{begin}\n{table}{end}"
+    if begin in text and end in text:
+        text = text[: text.index(begin)] + block + text[text.index(end) + len(end) :]
+    else:
+        text = text + ("\n" if text else "") + block + "\n"
+    out.write_text(text)
+
+
+async def main(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    work = Path(tempfile.mkdtemp(prefix="keel-interop-"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["PYTHONUNBUFFERED"] = "1"
+    matrix = Matrix(work, env, work / "bridge-data", limit=asyncio.Semaphore(args.parallel))
+    clients = [k for k in CLIENTS if not args.only or k.key in args.only]
+    await prepare_bridge(matrix)
+    async with shared_servers(matrix) as servers:
+        jobs = []
+        for kind in clients:
+            for transport in kind.transports:
+                for app in ("conformance", "bridge"):
+                    url = servers[app].url if transport == "http" else None
+                    jobs.append(matrix.run_ops(kind, transport, app, url))
+                jobs.append(matrix.run_restart(kind, transport))
+        if not args.only or "fastmcp-server" in args.only:
+            jobs.append(run_fastmcp_server_row(matrix, args.redis))
+        await asyncio.gather(*jobs)
+    total = time.monotonic() - started
+    table = render(matrix, total)
+    print(table)
+    for tag, seconds in sorted(matrix.seconds.items(), key=lambda kv: -kv[1]):
+        print(f"  {tag}: {seconds:.1f} s", file=sys.stderr)
+    if args.out:
+        write_doc(Path(args.out), table)
+    if args.keep:
+        print(f"logs kept in {work}", file=sys.stderr)
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+    failed = any(
+        cell.startswith("FAIL") for cells in matrix.rows.values() for cell in cells.values()
+    )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", help="the Markdown file whose matrix block is rewritten")
+    parser.add_argument("--only", nargs="*", help="client keys (and/or fastmcp-server) to run")
+    parser.add_argument("--parallel", type=int, default=3, help="client rows run at once")
+    parser.add_argument(
+        "--redis", default="redis://127.0.0.1:6379/7", help="for the FastMCP server"
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the scratch folder (logs)")
+    sys.exit(asyncio.run(main(parser.parse_args())))
