@@ -108,7 +108,9 @@ DECLINE = {"decline": True}
 def conformance_plan() -> dict[str, Expect]:
     """``keel serve --app conformance``: its fixture tools (``keel/conformance.py``)."""
     return {
-        "plain": Expect(_call("greet", {"name": "interop"}), result_is("Hello, interop!")),
+        "plain": Expect(
+            dict(_call("greet", {"name": "interop"}), task=False), result_is("Hello, interop!")
+        ),
         "task": Expect(
             _call("slow_compute", {"seconds": 0.3, "label": "x"}),
             result_is("computed x after 0.3s"),
@@ -159,7 +161,8 @@ def bridge_plan(data_dir: Path) -> dict[str, Expect]:
     diagnose = "diagnose_root_cause"
     return {
         "plain": Expect(
-            _call("get_incident", {"incident_id": named["id"]}), result_is(named["id"])
+            dict(_call("get_incident", {"incident_id": named["id"]}), task=False),
+            result_is(named["id"]),
         ),
         "task": Expect(_call(diagnose, {"incident_id": named["id"]}), result_is(named["id"])),
         "input": Expect(

@@ -243,8 +243,9 @@ class Matrix:
                     message = json.loads(line)
                     if message.get("event") == "ready" and on_ready is not None:
                         await on_ready(message)
-                        proc.stdin.write(b"go\n")
-                        await proc.stdin.drain()
+                        with contextlib.suppress(ConnectionError):  # it may have died: see its log
+                            proc.stdin.write(b"go\n")
+                            await proc.stdin.drain()
                     elif "id" in message:
                         outcomes[message["id"]] = message["outcome"]
                 await proc.wait()
@@ -299,12 +300,14 @@ class Matrix:
                 target = self.stdio_target(tag, "interop_app:app", pidfile)
 
             async def kill_and_restart(ready: dict[str, Any]) -> None:
+                self.seconds[f"{tag} until ready"] = time.monotonic() - started
                 if server is not None:
                     await server.kill()
                     await server.start(same_port=True)
                 else:  # stdio: the client starts the next server when it reconnects
                     with contextlib.suppress(ProcessLookupError, ValueError):
                         os.kill(int(pidfile.read_text().strip()), signal.SIGKILL)
+                self.seconds[f"{tag} until restarted"] = time.monotonic() - started
 
             try:
                 outcomes = await self.run_client(kind, target, [op], tag, kill_and_restart)

@@ -1,0 +1,70 @@
+"""The MCP Inspector's CLI (``mcp-inspector --cli``, 2.12.0): an interop matrix row.
+
+Each call is one CLI run, ``--method tools/call`` with ``--protocol-era modern`` (its
+tasks support is ext-tasks: it polls a task to its end). The CLI is one-shot: it has no
+way to answer input, to cancel, or to follow a task after a restart, so those cells are
+``na``; input and decline are still tried, and what the CLI did is in the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from common import emit, load_plan
+
+HERE = Path(__file__).resolve().parent.parent
+NODE = HERE / "node_modules" / ".bin" / "node"
+CLI = HERE / "node_modules/@modelcontextprotocol/inspector/clients/launcher/build/index.js"
+CALL_TIMEOUT = 30.0
+INPUT_TIMEOUT = 6.0  # a call that waits for input the CLI cannot give
+
+
+def run(target: dict[str, Any], op: dict[str, Any], timeout: float) -> dict[str, Any]:
+    argv = [str(NODE), str(CLI), "--cli", "--protocol-era", "modern", "--format", "json", "-q"]
+    argv += ["--method", "tools/call", "--tool-name", op["tool"]]
+    argv += ["--tool-args-json", json.dumps(op.get("args") or {})]
+    if target["transport"] == "http":
+        argv += [target["url"]]
+    else:
+        argv += ["--transport", "stdio", "--", *target["command"]]
+    done = subprocess.run(  # noqa: S603 - the driver's own command line
+        argv, capture_output=True, text=True, timeout=timeout, env=target.get("env"), check=False
+    )
+    for line in done.stdout.splitlines():
+        message = json.loads(line) if line.startswith("{") else {}
+        if "result" in message:
+            result = message["result"]
+            text = "\n".join(b.get("text", "") for b in result.get("content", []))
+            return {"result": {"isError": bool(result.get("isError")), "text": text}}
+        if "error" in message:
+            error = message["error"]
+            code = error.get("code") if isinstance(error.get("code"), int) else None
+            return {"error": {"code": code, "message": str(error.get("message"))}}
+    tail = (done.stderr or done.stdout)[-300:]
+    return {"error": {"code": None, "message": f"exit {done.returncode}: {tail}"}}
+
+
+def main() -> None:
+    target, ops = load_plan()
+    if target["transport"] == "stdio":
+        target = dict(target, env=target.get("env"))
+    for op in ops:
+        if op["kind"] != "call":
+            emit({"id": op["id"], "outcome": {"na": f"the one-shot CLI has no {op['kind']}"}})
+            continue
+        asks = op.get("answer") is not None
+        try:
+            outcome = run(target, op, INPUT_TIMEOUT if asks else CALL_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            outcome = {"error": {"code": None, "message": "timed out"}}
+        if asks and "result" not in outcome:
+            what = outcome.get("error", {}).get("message", "")
+            outcome = {"na": f"the CLI cannot answer input ({what[:60]})"}
+        emit({"id": op["id"], "outcome": outcome})
+
+
+if __name__ == "__main__":
+    main()
