@@ -135,12 +135,13 @@ def conformance_plan() -> dict[str, Expect]:
     }
 
 
-def restart_plan() -> Expect:
-    """``interop_app.py``: SIGKILL with ``long_step`` running and ``ask`` waiting."""
+def restart_plan(started: str | None = "started") -> Expect:
+    """SIGKILL with ``long_step`` running and ``ask`` waiting (``interop_app.py``, and
+    the same two tools in ``fastmcp_server.py``, which reports no status message)."""
     return Expect(
         {
             "kind": "restart",
-            "running": {"tool": "long_step", "args": {"seconds": 2}},
+            "running": {"tool": "long_step", "args": {"seconds": 2}, "message": started},
             "waiting": {"tool": "ask", "args": {}},
             "answer": ACCEPT,
         },

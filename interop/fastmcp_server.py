@@ -80,12 +80,40 @@ async def confirm_delete(ctx: Context, filename: str = "file.txt") -> Any:
     return f"deleted {filename}" if content.get("confirm") else f"kept {filename}"
 
 
+@mcp.tool(task=TaskConfig(mode="optional", poll_interval=POLL))
+async def long_step(seconds: float = 2.0) -> str:
+    """Sleep `seconds`, then finish (safe to run again)."""
+    await asyncio.sleep(seconds)
+    return f"long_step done after {seconds:g}s"
+
+
+@mcp.tool(task=TaskConfig(mode="optional", poll_interval=POLL))
+async def ask(ctx: Context) -> Any:
+    """Ask for a confirmation, then finish with the answer."""
+    answer = (ctx.input_responses or {}).get("confirm")
+    if answer is None:
+        request = mcp_types.ElicitRequest(
+            params=mcp_types.ElicitRequestFormParams(message="Go on?", requested_schema=CONFIRM)
+        )
+        return mcp_types.InputRequiredResult(input_requests={"confirm": request})
+    content = _field(answer, "content") or {}
+    return f"ask answered confirm={content.get('confirm')}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
     port = parser.parse_args().port
     url = os.environ.get("INTEROP_REDIS_URL", "redis://127.0.0.1:6379/7")
-    mcp.add_extension(TasksExtension(url=url, name=f"keel-interop-{port}", concurrency=4))
+    # Docket redelivers a task whose worker died after redelivery_timeout (300 s by
+    # default): two seconds here, like the short lease of Keel's interop app.
+    extension = TasksExtension(
+        url=url,
+        name=f"keel-interop-{port}",
+        concurrency=4,
+        redelivery_timeout=timedelta(seconds=2),
+    )
+    mcp.add_extension(extension)
     uvicorn.run(mcp.http_app(path="/mcp"), host="127.0.0.1", port=port, log_level="warning")
 
 

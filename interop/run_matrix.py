@@ -286,36 +286,53 @@ class Matrix:
 
     async def run_restart(self, kind: ClientKind, transport: str) -> None:
         async with self.limit:
-            started = time.monotonic()
             tag = f"{kind.key}-{transport}-restart"
-            expect = restart_plan()
-            op = dict(expect.request, id="restart")
-            server: Server | None = None
-            pidfile = self.work / f"{tag}.pid"
-            if transport == "http":
-                server = self.server(tag, "interop_app:app")
-                await server.start()
-                target: dict[str, Any] = {"transport": "http", "url": server.url}
-            else:
-                target = self.stdio_target(tag, "interop_app:app", pidfile)
-
-            async def kill_and_restart(ready: dict[str, Any]) -> None:
-                self.seconds[f"{tag} until ready"] = time.monotonic() - started
-                if server is not None:
-                    await server.kill()
-                    await server.start(same_port=True)
-                else:  # stdio: the client starts the next server when it reconnects
-                    with contextlib.suppress(ProcessLookupError, ValueError):
-                        os.kill(int(pidfile.read_text().strip()), signal.SIGKILL)
-                self.seconds[f"{tag} until restarted"] = time.monotonic() - started
-
-            try:
-                outcomes = await self.run_client(kind, target, [op], tag, kill_and_restart)
-            finally:
-                if server is not None:
-                    await server.stop()
+            server = self.server(tag, "interop_app:app") if transport == "http" else None
+            target = (
+                None if server else self.stdio_target(tag, "interop_app:app", self.pidfile(tag))
+            )
+            outcomes = await self.restart_outcomes(kind, tag, restart_plan(), server, target)
             row = f"{kind.key} · {transport} · conformance"
-            self.record(row, kind.label, {"restart": expect}, outcomes)
+            self.record(row, kind.label, {"restart": restart_plan()}, outcomes)
+
+    def pidfile(self, tag: str) -> Path:
+        return self.work / f"{tag}.pid"
+
+    async def restart_outcomes(
+        self,
+        kind: ClientKind,
+        tag: str,
+        expect: Expect,
+        server: Server | None,
+        target: dict[str, Any] | None,
+    ) -> dict[str, Any]:
+        """One restart op: the client readies its two tasks, the server is SIGKILLed and
+        started again on the same store (HTTP: on the same port; stdio: the client
+        starts it when it reconnects), the client follows both tasks to their end."""
+        started = time.monotonic()
+
+        async def kill_and_restart(ready: dict[str, Any]) -> None:
+            self.seconds[f"{tag} until ready"] = time.monotonic() - started
+            if server is not None:
+                await server.kill()
+                await server.start(same_port=True)
+            else:
+                with contextlib.suppress(ProcessLookupError, ValueError):
+                    os.kill(int(self.pidfile(tag).read_text().strip()), signal.SIGKILL)
+            self.seconds[f"{tag} until restarted"] = time.monotonic() - started
+
+        try:
+            if server is not None:
+                await server.start()
+                target = {"transport": "http", "url": server.url}
+            assert target is not None
+            op = dict(expect.request, id="restart")
+            return await self.run_client(kind, target, [op], tag, kill_and_restart)
+        except RuntimeError as exc:  # a server that did not start
+            return {"_": {"error": {"code": None, "message": str(exc)}}}
+        finally:
+            if server is not None:
+                await server.stop()
             self.seconds[tag] = time.monotonic() - started
 
 
@@ -343,34 +360,33 @@ async def shared_servers(matrix: Matrix) -> AsyncIterator[dict[str, Server]]:
 
 async def run_fastmcp_server_row(matrix: Matrix, redis_url: str) -> None:
     """Keel's client (the official client + TasksClientExtension) against FastMCP's server."""
+    kind = next(k for k in CLIENTS if k.key == "python-ext")
+    env = dict(matrix.env, INTEROP_REDIS_URL=redis_url)
+    argv = [str(FASTMCP_PYTHON), str(HERE / "fastmcp_server.py")]
+    row = "keel client · http · FastMCP 4.1.4 server"
+    label = "Keel's client against FastMCP's server (fastmcp_tasks, Redis)"
+    plan = fastmcp_plan()
     async with matrix.limit:
         started = time.monotonic()
-        env = dict(matrix.env, INTEROP_REDIS_URL=redis_url)
-        server = Server(
-            "fastmcp-server",
-            [str(FASTMCP_PYTHON), str(HERE / "fastmcp_server.py")],
-            env,
-            matrix.work,
-        )
-        plan = fastmcp_plan()
+        server = Server("fastmcp-server", argv, env, matrix.work)
         try:
             await server.start()
             ops = [dict(op.request, id=name) for name, op in plan.items()]
-            kind = next(k for k in CLIENTS if k.key == "python-ext")
-            outcomes = await matrix.run_client(
-                kind, {"transport": "http", "url": server.url}, ops, "keel-vs-fastmcp"
-            )
+            target = {"transport": "http", "url": server.url}
+            outcomes = await matrix.run_client(kind, target, ops, "keel-vs-fastmcp")
         except RuntimeError as exc:
             outcomes = {"_": {"error": {"code": None, "message": str(exc)}}}
         finally:
             await server.stop()
-        matrix.record(
-            "keel client · http · FastMCP 4.1.4 server",
-            "Keel's client against FastMCP's server",
-            plan,
-            outcomes,
-        )
+        matrix.record(row, label, plan, outcomes)
         matrix.seconds["keel-vs-fastmcp"] = time.monotonic() - started
+    async with matrix.limit:
+        restart = restart_plan(started=None)
+        server = Server("fastmcp-server-restart", argv, env, matrix.work)
+        outcomes = await matrix.restart_outcomes(
+            kind, "keel-vs-fastmcp-restart", restart, server, None
+        )
+        matrix.record(row, label, {"restart": restart}, outcomes)
 
 
 def render(matrix: Matrix, total: float) -> str:

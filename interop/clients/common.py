@@ -12,10 +12,12 @@ an outcome is one of
 - ``{"status": str, "text": str}``: a task's final status as the client reports it;
 - ``{"na": reason}``: the client has no way to do this.
 
-A restart op prints ``{"event": "ready", "running": id, "waiting": id}`` once both tasks
-are where they must be, waits for a line on stdin (the driver has SIGKILLed and restarted
-the server meanwhile), reconnects, and reports ``{"running": outcome, "waiting":
-outcome}``.
+A restart op names two tasks, ``running`` and ``waiting`` (a tool, its args, and for
+``running`` the status message that shows its handler started, when the server reports
+one). The client prints ``{"event": "ready", "running": id, "waiting": id}`` once both
+tasks are where they must be, waits for a line on stdin (the driver has SIGKILLed and
+restarted the server meanwhile), reconnects, and reports ``{"running": outcome,
+"waiting": outcome}``.
 """
 
 from __future__ import annotations

@@ -61,7 +61,7 @@ class Row:
         async with self.client() as client:
             running = await call_tool_task(client, op["running"]["tool"], op["running"]["args"])
             waiting = await call_tool_task(client, op["waiting"]["tool"], op["waiting"]["args"])
-            await wait_state(running, "working", "started")
+            await wait_state(running, "working", op["running"].get("message"))
             await wait_state(waiting, "input_required")
         emit({"event": "ready", "running": running.task_id, "waiting": waiting.task_id})
         await anyio.to_thread.run_sync(wait_for_go)

@@ -73,7 +73,7 @@ class Row:
         async with self.client() as client:
             running = await start_task(client, op["running"]["tool"], op["running"]["args"])
             waiting = await start_task(client, op["waiting"]["tool"], op["waiting"]["args"])
-            await wait_status(client, running, {"working"}, "started")
+            await wait_status(client, running, {"working"}, op["running"].get("message"))
             await wait_status(client, waiting, {"input_required"})
         emit({"event": "ready", "running": running, "waiting": waiting})
         await anyio.to_thread.run_sync(wait_for_go)

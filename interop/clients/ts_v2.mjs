@@ -144,7 +144,7 @@ async function restart(target, op) {
   const running = await first.session.callTool(op.running.tool, op.running.args);
   const waiting = await first.session.callTool(op.waiting.tool, op.waiting.args);
   const references = { running: running.serializeReference(), waiting: waiting.serializeReference() };
-  await waitStatus(first.session, running.handle.taskId, ["working"], "started");
+  await waitStatus(first.session, running.handle.taskId, ["working"], op.running.message ?? undefined);
   await waitStatus(first.session, waiting.handle.taskId, ["input_required"]);
   emit({ event: "ready", running: running.handle.taskId, waiting: waiting.handle.taskId });
   await lines.next();
