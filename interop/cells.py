@@ -43,7 +43,7 @@ def _describe(outcome: dict[str, Any]) -> str:
 
 
 def _short(text: str, limit: int = 140) -> str:
-    text = " ".join(text.split()).replace("|", "\\|")
+    text = " ".join(text.replace("\\n", " ").split()).replace("|", "\\|")
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

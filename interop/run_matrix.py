@@ -395,7 +395,14 @@ def render(matrix: Matrix, total: float) -> str:
         "| client · transport · server | " + " | ".join(columns) + " |",
         "|---|" + "---|" * len(columns),
     ]
-    for row, cells in matrix.rows.items():
+    order = {kind.key: n for n, kind in enumerate(CLIENTS)}
+
+    def place(row: str) -> tuple[int, str, str]:
+        client, transport, server = row.split(" · ")
+        return (order.get(client, len(order)), transport, server)
+
+    for row in sorted(matrix.rows, key=place):
+        cells = matrix.rows[row]
         label = f"{matrix.labels[row]}<br>`{row}`"
         lines.append(f"| {label} | " + " | ".join(cells.get(op, "") for op in columns) + " |")
     counts = {"pass": 0, "n/a": 0, "FAIL": 0, "other side": 0}
