@@ -84,6 +84,9 @@ def status_is(status: str) -> Check:
 
 
 def both(running: Check, waiting: Check) -> Check:
+    """Both tasks ended as wanted; and, where the driver read Keel's store, the kill
+    really hit one running and one waiting task, and the running one ran again."""
+
     def check(outcome: dict[str, Any]) -> str | None:
         if "running" not in outcome:
             return f"got {_describe(outcome)}"
@@ -92,6 +95,14 @@ def both(running: Check, waiting: Check) -> Check:
             reason = sub(outcome[name])
             if reason:
                 reasons.append(f"{name}: {reason}")
+        store = outcome.get("store")
+        if store is not None:
+            if store["running_at_kill"] != "working":
+                reasons.append(f"running was {store['running_at_kill']} at the kill")
+            if store["waiting_at_kill"] != "input_required":
+                reasons.append(f"waiting was {store['waiting_at_kill']} at the kill")
+            if store["running_attempt"] < 2:
+                reasons.append("the running task was not run again after the kill")
         return "; ".join(reasons) or None
 
     return check

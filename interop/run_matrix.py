@@ -270,30 +270,59 @@ class Matrix:
             cells[op] = judge(op, expect, outcome, row)
 
     async def run_ops(self, kind: ClientKind, transport: str, app: str, url: str | None) -> None:
-        async with self.limit:
+        tag = f"{kind.key}-{transport}-{app}"
+        target = (
+            {"transport": "http", "url": url}
+            if transport == "http"
+            else self.stdio_target(f"stdio-{tag}", app)
+        )
+        plan = conformance_plan() if app == "conformance" else bridge_plan(self.bridge_data)
+        ops = [dict(op.request, id=name) for name, op in plan.items()]
+        row = f"{kind.key} · {transport} · {app}"
+        async with self.out_of_time(row, kind.label, plan), self.limit:
             started = time.monotonic()
-            tag = f"{kind.key}-{transport}-{app}"
-            target = (
-                {"transport": "http", "url": url}
-                if transport == "http"
-                else self.stdio_target(f"stdio-{tag}", app)
-            )
-            plan = conformance_plan() if app == "conformance" else bridge_plan(self.bridge_data)
-            ops = [dict(op.request, id=name) for name, op in plan.items()]
             outcomes = await self.run_client(kind, target, ops, tag)
-            self.record(f"{kind.key} · {transport} · {app}", kind.label, plan, outcomes)
             self.seconds[tag] = time.monotonic() - started
+        self.record(row, kind.label, plan, outcomes)
 
     async def run_restart(self, kind: ClientKind, transport: str) -> None:
-        async with self.limit:
-            tag = f"{kind.key}-{transport}-restart"
+        tag = f"{kind.key}-{transport}-restart"
+        row = f"{kind.key} · {transport} · conformance"
+        plan = {"restart": restart_plan()}
+        async with self.out_of_time(row, kind.label, plan), self.limit:
             server = self.server(tag, "interop_app:app") if transport == "http" else None
             target = (
                 None if server else self.stdio_target(tag, "interop_app:app", self.pidfile(tag))
             )
-            outcomes = await self.restart_outcomes(kind, tag, restart_plan(), server, target)
-            row = f"{kind.key} · {transport} · conformance"
-            self.record(row, kind.label, {"restart": restart_plan()}, outcomes)
+            outcomes = await self.restart_outcomes(
+                kind, tag, plan["restart"], server, target, store=self.store(tag)
+            )
+        self.record(row, kind.label, plan, outcomes)
+
+    @contextlib.asynccontextmanager
+    async def out_of_time(
+        self, row: str, label: str, plan: dict[str, Expect]
+    ) -> AsyncIterator[None]:
+        """Cells of a job the time budget stopped say so, instead of vanishing."""
+        try:
+            yield
+        except asyncio.CancelledError:
+            message = "not finished within the matrix's time budget"
+            self.record(row, label, plan, {"_": {"error": {"code": None, "message": message}}})
+            raise
+
+    async def snapshot(self, store: str, task_id: str) -> dict[str, Any]:
+        """A task as ``keel tasks show --json`` reads it from the store."""
+        proc = await asyncio.create_subprocess_exec(
+            *self.keel("tasks", "show", task_id, "--json", "--store", store),
+            env=self.env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await proc.communicate()
+        if proc.returncode:
+            return {"status": f"unreadable ({err.decode().strip()[:80]})", "attempt": 0}
+        return dict(json.loads(out))
 
     def pidfile(self, tag: str) -> Path:
         return self.work / f"{tag}.pid"
@@ -305,20 +334,32 @@ class Matrix:
         expect: Expect,
         server: Server | None,
         target: dict[str, Any] | None,
+        *,
+        store: str | None = None,
     ) -> dict[str, Any]:
         """One restart op: the client readies its two tasks, the server is SIGKILLed and
         started again on the same store (HTTP: on the same port; stdio: the client
-        starts it when it reconnects), the client follows both tasks to their end."""
+        starts it when it reconnects), the client follows both tasks to their end.
+
+        With a Keel ``store``, the driver reads both tasks from it right after the kill
+        (were they really running and waiting?) and at the end (was the running one
+        run again?), and adds that to the outcome as ``store``."""
         started = time.monotonic()
+        seen: dict[str, Any] = {}
 
         async def kill_and_restart(ready: dict[str, Any]) -> None:
             self.seconds[f"{tag} until ready"] = time.monotonic() - started
             if server is not None:
                 await server.kill()
-                await server.start(same_port=True)
             else:
                 with contextlib.suppress(ProcessLookupError, ValueError):
                     os.kill(int(self.pidfile(tag).read_text().strip()), signal.SIGKILL)
+            if store is not None:
+                seen["ids"] = ready
+                for name in ("running", "waiting"):
+                    seen[f"{name}_at_kill"] = (await self.snapshot(store, ready[name]))["status"]
+            if server is not None:
+                await server.start(same_port=True)
             self.seconds[f"{tag} until restarted"] = time.monotonic() - started
 
         try:
@@ -327,9 +368,19 @@ class Matrix:
                 target = {"transport": "http", "url": server.url}
             assert target is not None
             op = dict(expect.request, id="restart")
-            return await self.run_client(kind, target, [op], tag, kill_and_restart)
+            outcomes = await self.run_client(kind, target, [op], tag, kill_and_restart)
         except RuntimeError as exc:  # a server that did not start
             return {"_": {"error": {"code": None, "message": str(exc)}}}
+        else:
+            restart = outcomes.get("restart")
+            if store is not None and "ids" in seen and isinstance(restart, dict):
+                final = await self.snapshot(store, seen["ids"]["running"])
+                restart["store"] = {
+                    "running_at_kill": seen["running_at_kill"],
+                    "waiting_at_kill": seen["waiting_at_kill"],
+                    "running_attempt": final["attempt"],
+                }
+            return outcomes
         finally:
             if server is not None:
                 await server.stop()
@@ -366,7 +417,7 @@ async def run_fastmcp_server_row(matrix: Matrix, redis_url: str) -> None:
     row = "keel client · http · FastMCP 4.1.4 server"
     label = "Keel's client against FastMCP's server (fastmcp_tasks, Redis)"
     plan = fastmcp_plan()
-    async with matrix.limit:
+    async with matrix.out_of_time(row, label, plan), matrix.limit:
         started = time.monotonic()
         server = Server("fastmcp-server", argv, env, matrix.work)
         try:
@@ -378,15 +429,15 @@ async def run_fastmcp_server_row(matrix: Matrix, redis_url: str) -> None:
             outcomes = {"_": {"error": {"code": None, "message": str(exc)}}}
         finally:
             await server.stop()
-        matrix.record(row, label, plan, outcomes)
         matrix.seconds["keel-vs-fastmcp"] = time.monotonic() - started
-    async with matrix.limit:
-        restart = restart_plan(started=None)
+    matrix.record(row, label, plan, outcomes)
+    restart = {"restart": restart_plan(started=None)}
+    async with matrix.out_of_time(row, label, restart), matrix.limit:
         server = Server("fastmcp-server-restart", argv, env, matrix.work)
         outcomes = await matrix.restart_outcomes(
-            kind, "keel-vs-fastmcp-restart", restart, server, None
+            kind, "keel-vs-fastmcp-restart", restart["restart"], server, None
         )
-        matrix.record(row, label, {"restart": restart}, outcomes)
+    matrix.record(row, label, restart, outcomes)
 
 
 def render(matrix: Matrix, total: float) -> str:
@@ -445,7 +496,12 @@ async def main(args: argparse.Namespace) -> int:
                 jobs.append(matrix.run_restart(kind, transport))
         if not args.only or "fastmcp-server" in args.only:
             jobs.append(run_fastmcp_server_row(matrix, args.redis))
-        await asyncio.gather(*jobs)
+        # Whatever has not finished within the budget is stopped and reported as such.
+        tasks = [asyncio.ensure_future(job) for job in jobs]
+        _, pending = await asyncio.wait(tasks, timeout=args.budget - (time.monotonic() - started))
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
     total = time.monotonic() - started
     table = render(matrix, total)
     print(table)
@@ -472,4 +528,7 @@ if __name__ == "__main__":
         "--redis", default="redis://127.0.0.1:6379/7", help="for the FastMCP server"
     )
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder (logs)")
+    parser.add_argument(
+        "--budget", type=float, default=330.0, help="seconds; later jobs are stopped as FAIL"
+    )
     sys.exit(asyncio.run(main(parser.parse_args())))

@@ -58,13 +58,19 @@ class Row:
 
     async def restart(self, op: dict[str, Any]) -> dict[str, Any]:
         self.answer = op.get("answer")
-        async with self.client() as client:
-            running = await call_tool_task(client, op["running"]["tool"], op["running"]["args"])
-            waiting = await call_tool_task(client, op["waiting"]["tool"], op["waiting"]["args"])
-            await wait_state(running, "working", op["running"].get("message"))
-            await wait_state(waiting, "input_required")
-        emit({"event": "ready", "running": running.task_id, "waiting": waiting.task_id})
-        await anyio.to_thread.run_sync(wait_for_go)
+        ready = False
+        try:  # the connection stays open while the server is killed under it
+            async with self.client() as client:
+                running = await call_tool_task(client, op["running"]["tool"], op["running"]["args"])
+                waiting = await call_tool_task(client, op["waiting"]["tool"], op["waiting"]["args"])
+                await wait_state(running, "working", op["running"].get("message"))
+                await wait_state(waiting, "input_required")
+                emit({"event": "ready", "running": running.task_id, "waiting": waiting.task_id})
+                ready = True
+                await anyio.to_thread.run_sync(wait_for_go)
+        except Exception:
+            if not ready:
+                raise
         outcomes: dict[str, Any] = {}
         async with self.client() as client:
             for name, old, tool in (

@@ -70,13 +70,19 @@ class Row:
         if not self.ext:
             return {"na": "no task to hold across a restart without the extension"}
         self.answer = op.get("answer")
-        async with self.client() as client:
-            running = await start_task(client, op["running"]["tool"], op["running"]["args"])
-            waiting = await start_task(client, op["waiting"]["tool"], op["waiting"]["args"])
-            await wait_status(client, running, {"working"}, op["running"].get("message"))
-            await wait_status(client, waiting, {"input_required"})
-        emit({"event": "ready", "running": running, "waiting": waiting})
-        await anyio.to_thread.run_sync(wait_for_go)
+        ready = False
+        try:  # the connection stays open while the server is killed under it
+            async with self.client() as client:
+                running = await start_task(client, op["running"]["tool"], op["running"]["args"])
+                waiting = await start_task(client, op["waiting"]["tool"], op["waiting"]["args"])
+                await wait_status(client, running, {"working"}, op["running"].get("message"))
+                await wait_status(client, waiting, {"input_required"})
+                emit({"event": "ready", "running": running, "waiting": waiting})
+                ready = True
+                await anyio.to_thread.run_sync(wait_for_go)
+        except Exception:
+            if not ready:
+                raise
         outcomes: dict[str, Any] = {}
         async with self.client() as client:
             for name, task_id in (("running", running), ("waiting", waiting)):

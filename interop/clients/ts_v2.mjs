@@ -63,14 +63,17 @@ class RawTap {
 }
 
 let answer = null;
-const onInputRequest = createApplicationInputHandler({
+const answering = createApplicationInputHandler({
   elicitation: async () =>
     answer && answer.accept ? { action: "accept", content: answer.accept } : { action: "decline" },
   sampling: async () => { throw new Error("no sampling here"); },
   roots: async () => ({ roots: [] }),
 });
+// ext-tasks drives an execution as soon as it exists (it answers input without being
+// asked to settle): before a restart the question must stay open, so nobody answers.
+const holding = () => new Promise(() => {});
 
-async function connect(target) {
+async function connect(target, onInputRequest = answering) {
   const inner = target.transport === "http"
     ? new StreamableHTTPClientTransport(new URL(target.url))
     : new StdioClientTransport({ command: target.command[0], args: target.command.slice(1), env: target.env, stderr: "ignore" });
@@ -140,14 +143,15 @@ const ops = {
 
 async function restart(target, op) {
   answer = op.answer;
-  const first = await connect(target);
+  const first = await connect(target, holding);
   const running = await first.session.callTool(op.running.tool, op.running.args);
   const waiting = await first.session.callTool(op.waiting.tool, op.waiting.args);
   const references = { running: running.serializeReference(), waiting: waiting.serializeReference() };
   await waitStatus(first.session, running.handle.taskId, ["working"], op.running.message ?? undefined);
   await waitStatus(first.session, waiting.handle.taskId, ["input_required"]);
   emit({ event: "ready", running: running.handle.taskId, waiting: waiting.handle.taskId });
-  await lines.next();
+  await lines.next();  // the server was killed under the open connection meanwhile
+  await first.session.close().catch(() => {});
   await first.client.close().catch(() => {});
   const second = await connect(target);
   const outcomes = {};
