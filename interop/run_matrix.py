@@ -211,14 +211,13 @@ class Matrix:
     async def run_client(
         self,
         kind: ClientKind,
-        target: dict[str, Any],
-        ops: list[dict[str, Any]],
+        legs: list[tuple[dict[str, Any], list[dict[str, Any]]]],
         tag: str,
         on_ready: Callable[[dict[str, Any]], Any] | None = None,
     ) -> dict[str, Any]:
-        """Run one client process over a plan; its outcomes by op id (or an error)."""
+        """Run one client process over its legs; its outcomes by op id (or an error)."""
         plan = self.work / f"plan-{tag}.json"
-        plan.write_text(json.dumps({"target": target, "ops": ops}))
+        plan.write_text(json.dumps({"legs": [{"target": t, "ops": ops} for t, ops in legs]}))
         log = open(self.work / f"client-{tag}.log", "wb")  # noqa: SIM115, ASYNC230
         proc = await asyncio.create_subprocess_exec(
             *kind.argv(),
@@ -261,55 +260,62 @@ class Matrix:
         return outcomes
 
     def record(
-        self, row: str, label: str, ops: dict[str, Expect], outcomes: dict[str, Any]
+        self, row: str, label: str, plan: dict[str, Expect], outcomes: dict[str, Any], leg: str = ""
     ) -> None:
+        """Judge a plan's cells from a client's outcomes (op ids prefixed ``leg:``)."""
         cells = self.rows.setdefault(row, {})
         self.labels[row] = label
-        for op, expect in ops.items():
-            outcome = outcomes.get(op) or outcomes.get("_") or {"error": {"message": "no outcome"}}
+        for op, expect in plan.items():
+            outcome = (
+                outcomes.get(f"{leg}:{op}" if leg else op)
+                or outcomes.get("_")
+                or {"error": {"code": None, "message": "the client reported nothing"}}
+            )
             cells[op] = judge(op, expect, outcome, row)
-
-    async def run_ops(self, kind: ClientKind, transport: str, app: str, url: str | None) -> None:
-        tag = f"{kind.key}-{transport}-{app}"
-        target = (
-            {"transport": "http", "url": url}
-            if transport == "http"
-            else self.stdio_target(f"stdio-{tag}", app)
-        )
-        plan = conformance_plan() if app == "conformance" else bridge_plan(self.bridge_data)
-        ops = [dict(op.request, id=name) for name, op in plan.items()]
-        row = f"{kind.key} · {transport} · {app}"
-        async with self.out_of_time(row, kind.label, plan), self.limit:
-            started = time.monotonic()
-            outcomes = await self.run_client(kind, target, ops, tag)
-            self.seconds[tag] = time.monotonic() - started
-        self.record(row, kind.label, plan, outcomes)
-
-    async def run_restart(self, kind: ClientKind, transport: str) -> None:
-        tag = f"{kind.key}-{transport}-restart"
-        row = f"{kind.key} · {transport} · conformance"
-        plan = {"restart": restart_plan()}
-        async with self.out_of_time(row, kind.label, plan), self.limit:
-            server = self.server(tag, "interop_app:app") if transport == "http" else None
-            target = (
-                None if server else self.stdio_target(tag, "interop_app:app", self.pidfile(tag))
-            )
-            outcomes = await self.restart_outcomes(
-                kind, tag, plan["restart"], server, target, store=self.store(tag)
-            )
-        self.record(row, kind.label, plan, outcomes)
 
     @contextlib.asynccontextmanager
     async def out_of_time(
-        self, row: str, label: str, plan: dict[str, Expect]
+        self, label: str, plans: dict[str, dict[str, Expect]]
     ) -> AsyncIterator[None]:
         """Cells of a job the time budget stopped say so, instead of vanishing."""
         try:
             yield
         except asyncio.CancelledError:
             message = "not finished within the matrix's time budget"
-            self.record(row, label, plan, {"_": {"error": {"code": None, "message": message}}})
+            for row, plan in plans.items():
+                self.record(row, label, plan, {"_": {"error": {"code": None, "message": message}}})
             raise
+
+    async def run_row(self, kind: ClientKind, transport: str, urls: dict[str, str]) -> None:
+        """One client over one transport: the conformance and Bridge operations, then the
+        restart, in one client process."""
+        tag = f"{kind.key}-{transport}"
+        row = f"{kind.key} · {transport} · "
+        plans = {"conformance": conformance_plan(), "bridge": bridge_plan(self.bridge_data)}
+        restart = Restart(self, f"{tag}-restart", restart_plan())
+        if transport == "http":
+            targets = {app: {"transport": "http", "url": urls[app]} for app in plans}
+            restart.server = self.server(restart.tag, "interop_app:app")
+        else:
+            targets = {app: self.stdio_target(f"stdio-{tag}-{app}", app) for app in plans}
+            restart.target = self.stdio_target(
+                restart.tag, "interop_app:app", self.pidfile(restart.tag)
+            )
+        restart.store = self.store(restart.tag)
+        judged = {row + app: plan for app, plan in plans.items()}
+        judged[row + "conformance"] = {**plans["conformance"], "restart": restart.expect}
+        async with self.out_of_time(kind.label, judged), self.limit:
+            started = time.monotonic()
+            legs = [
+                (targets[app], [dict(op.request, id=f"{app}:{n}") for n, op in plan.items()])
+                for app, plan in plans.items()
+            ]
+            outcomes = await restart.run(kind, legs, tag)
+            self.seconds[tag] = time.monotonic() - started
+            (self.work / f"outcomes-{tag}.json").write_text(json.dumps(outcomes, indent=1))
+        for app, plan in plans.items():
+            self.record(row + app, kind.label, plan, outcomes, leg=app)
+        self.record(row + "conformance", kind.label, {"restart": restart.expect}, outcomes)
 
     async def snapshot(self, store: str, task_id: str) -> dict[str, Any]:
         """A task as ``keel tasks show --json`` reads it from the store."""
@@ -327,64 +333,76 @@ class Matrix:
     def pidfile(self, tag: str) -> Path:
         return self.work / f"{tag}.pid"
 
-    async def restart_outcomes(
+
+@dataclass
+class Restart:
+    """The restart leg: the client readies its two tasks, the server is SIGKILLed and
+    started again on the same store (HTTP: ``server``, on the same port; stdio:
+    ``target``, whose server the client starts again when it reconnects), the client
+    follows both tasks to their end.
+
+    With a Keel ``store``, the driver reads both tasks from it right after the kill (were
+    they really running and waiting?) and at the end (was the running one run again?),
+    and adds that to the outcome as ``store``."""
+
+    matrix: Matrix
+    tag: str
+    expect: Expect
+    server: Server | None = None
+    target: dict[str, Any] | None = None
+    store: str | None = None
+    seen: dict[str, Any] = field(default_factory=dict)
+
+    async def run(
         self,
         kind: ClientKind,
+        legs: list[tuple[dict[str, Any], list[dict[str, Any]]]],
         tag: str,
-        expect: Expect,
-        server: Server | None,
-        target: dict[str, Any] | None,
-        *,
-        store: str | None = None,
+        ops_here: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
-        """One restart op: the client readies its two tasks, the server is SIGKILLed and
-        started again on the same store (HTTP: on the same port; stdio: the client
-        starts it when it reconnects), the client follows both tasks to their end.
-
-        With a Keel ``store``, the driver reads both tasks from it right after the kill
-        (were they really running and waiting?) and at the end (was the running one
-        run again?), and adds that to the outcome as ``store``."""
-        started = time.monotonic()
-        seen: dict[str, Any] = {}
-
-        async def kill_and_restart(ready: dict[str, Any]) -> None:
-            self.seconds[f"{tag} until ready"] = time.monotonic() - started
-            if server is not None:
-                await server.kill()
-            else:
-                with contextlib.suppress(ProcessLookupError, ValueError):
-                    os.kill(int(self.pidfile(tag).read_text().strip()), signal.SIGKILL)
-            if store is not None:
-                seen["ids"] = ready
-                for name in ("running", "waiting"):
-                    seen[f"{name}_at_kill"] = (await self.snapshot(store, ready[name]))["status"]
-            if server is not None:
-                await server.start(same_port=True)
-            self.seconds[f"{tag} until restarted"] = time.monotonic() - started
-
+        """The client over ``legs`` (then ``ops_here`` against this very server) and
+        then the restart leg; all its outcomes."""
         try:
-            if server is not None:
-                await server.start()
-                target = {"transport": "http", "url": server.url}
-            assert target is not None
-            op = dict(expect.request, id="restart")
-            outcomes = await self.run_client(kind, target, [op], tag, kill_and_restart)
+            if self.server is not None:
+                await self.server.start()
+                self.target = {"transport": "http", "url": self.server.url}
+            assert self.target is not None
+            if ops_here:
+                legs = [*legs, (self.target, ops_here)]
+            legs = [*legs, (self.target, [dict(self.expect.request, id="restart")])]
+            outcomes = await self.matrix.run_client(kind, legs, tag, self.on_ready)
         except RuntimeError as exc:  # a server that did not start
             return {"_": {"error": {"code": None, "message": str(exc)}}}
         else:
-            restart = outcomes.get("restart")
-            if store is not None and "ids" in seen and isinstance(restart, dict):
-                final = await self.snapshot(store, seen["ids"]["running"])
-                restart["store"] = {
-                    "running_at_kill": seen["running_at_kill"],
-                    "waiting_at_kill": seen["waiting_at_kill"],
-                    "running_attempt": final["attempt"],
-                }
+            await self.add_store(outcomes.get("restart"))
             return outcomes
         finally:
-            if server is not None:
-                await server.stop()
-            self.seconds[tag] = time.monotonic() - started
+            if self.server is not None:
+                await self.server.stop()
+
+    async def on_ready(self, ready: dict[str, Any]) -> None:
+        if self.server is not None:
+            await self.server.kill()
+        else:
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(self.matrix.pidfile(self.tag).read_text().strip()), signal.SIGKILL)
+        if self.store is not None:
+            self.seen["ids"] = ready
+            for name in ("running", "waiting"):
+                task = await self.matrix.snapshot(self.store, ready[name])
+                self.seen[f"{name}_at_kill"] = task["status"]
+        if self.server is not None:
+            await self.server.start(same_port=True)
+
+    async def add_store(self, outcome: Any) -> None:
+        if self.store is None or "ids" not in self.seen or not isinstance(outcome, dict):
+            return
+        final = await self.matrix.snapshot(self.store, self.seen["ids"]["running"])
+        outcome["store"] = {
+            "running_at_kill": self.seen["running_at_kill"],
+            "waiting_at_kill": self.seen["waiting_at_kill"],
+            "running_attempt": final["attempt"],
+        }
 
 
 async def prepare_bridge(matrix: Matrix) -> None:
@@ -410,34 +428,22 @@ async def shared_servers(matrix: Matrix) -> AsyncIterator[dict[str, Server]]:
 
 
 async def run_fastmcp_server_row(matrix: Matrix, redis_url: str) -> None:
-    """Keel's client (the official client + TasksClientExtension) against FastMCP's server."""
+    """Keel's client (the official client + TasksClientExtension) against FastMCP's server:
+    the conformance operations, then the restart of that same server."""
     kind = next(k for k in CLIENTS if k.key == "python-ext")
     env = dict(matrix.env, INTEROP_REDIS_URL=redis_url)
     argv = [str(FASTMCP_PYTHON), str(HERE / "fastmcp_server.py")]
     row = "keel client · http · FastMCP 4.1.4 server"
     label = "Keel's client against FastMCP's server (fastmcp_tasks, Redis)"
     plan = fastmcp_plan()
-    async with matrix.out_of_time(row, label, plan), matrix.limit:
+    restart = Restart(matrix, "keel-vs-fastmcp", restart_plan(started=None))
+    restart.server = Server("fastmcp-server", argv, env, matrix.work)
+    async with matrix.out_of_time(label, {row: {**plan, "restart": restart.expect}}), matrix.limit:
         started = time.monotonic()
-        server = Server("fastmcp-server", argv, env, matrix.work)
-        try:
-            await server.start()
-            ops = [dict(op.request, id=name) for name, op in plan.items()]
-            target = {"transport": "http", "url": server.url}
-            outcomes = await matrix.run_client(kind, target, ops, "keel-vs-fastmcp")
-        except RuntimeError as exc:
-            outcomes = {"_": {"error": {"code": None, "message": str(exc)}}}
-        finally:
-            await server.stop()
+        ops = [dict(op.request, id=name) for name, op in plan.items()]
+        outcomes = await restart.run(kind, [], "keel-vs-fastmcp", ops_here=ops)
         matrix.seconds["keel-vs-fastmcp"] = time.monotonic() - started
-    matrix.record(row, label, plan, outcomes)
-    restart = {"restart": restart_plan(started=None)}
-    async with matrix.out_of_time(row, label, restart), matrix.limit:
-        server = Server("fastmcp-server-restart", argv, env, matrix.work)
-        outcomes = await matrix.restart_outcomes(
-            kind, "keel-vs-fastmcp-restart", restart["restart"], server, None
-        )
-    matrix.record(row, label, restart, outcomes)
+    matrix.record(row, label, {**plan, "restart": restart.expect}, outcomes)
 
 
 def render(matrix: Matrix, total: float) -> str:
@@ -448,9 +454,9 @@ def render(matrix: Matrix, total: float) -> str:
     ]
     order = {kind.key: n for n, kind in enumerate(CLIENTS)}
 
-    def place(row: str) -> tuple[int, str, str]:
+    def place(row: str) -> tuple[int, str, bool]:
         client, transport, server = row.split(" · ")
-        return (order.get(client, len(order)), transport, server)
+        return (order.get(client, len(order)), transport, server != "conformance")
 
     for row in sorted(matrix.rows, key=place):
         cells = matrix.rows[row]
@@ -487,13 +493,12 @@ async def main(args: argparse.Namespace) -> int:
     clients = [k for k in CLIENTS if not args.only or k.key in args.only]
     await prepare_bridge(matrix)
     async with shared_servers(matrix) as servers:
-        jobs = []
-        for kind in clients:
-            for transport in kind.transports:
-                for app in ("conformance", "bridge"):
-                    url = servers[app].url if transport == "http" else None
-                    jobs.append(matrix.run_ops(kind, transport, app, url))
-                jobs.append(matrix.run_restart(kind, transport))
+        urls = {app: server.url for app, server in servers.items()}
+        jobs = [
+            matrix.run_row(kind, transport, urls)
+            for kind in clients
+            for transport in kind.transports
+        ]
         if not args.only or "fastmcp-server" in args.only:
             jobs.append(run_fastmcp_server_row(matrix, args.redis))
         # Whatever has not finished within the budget is stopped and reported as such.

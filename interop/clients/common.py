@@ -1,11 +1,12 @@
 """What every Python client of the interop matrix shares (standard library only: it runs
 in Keel's environment and in the separate FastMCP one).
 
-A client is started with one argument, a JSON file: ``{"target": …, "ops": […]}``.
-``target`` is ``{"transport": "http", "url": …}`` or ``{"transport": "stdio", "command":
-[…], "env": {…}}``. Each op is ``{"id", "kind": "call"|"cancel"|"restart", "tool",
-"args", "answer"}``; the client prints one JSON line per op, ``{"id", "outcome"}``, where
-an outcome is one of
+A client is started with one argument, a JSON file: ``{"legs": [{"target": …, "ops":
+[…]}, …]}``, run leg after leg (one process per client and transport: their start-up is
+most of the matrix's CPU). ``target`` is ``{"transport": "http", "url": …}`` or
+``{"transport": "stdio", "command": […], "env": {…}}``. Each op is ``{"id", "kind":
+"call"|"cancel"|"restart", "tool", "args", "answer"}``; the client prints one JSON line
+per op, ``{"id", "outcome"}``, where an outcome is one of
 
 - ``{"result": {"isError": bool, "text": str}}``: the client's final tool result;
 - ``{"error": {"code": int | None, "message": str}}``: what the client raised;
@@ -27,10 +28,11 @@ import sys
 from typing import Any
 
 
-def load_plan() -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def load_plan() -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+    """The plan's legs: (target, ops) pairs."""
     with open(sys.argv[1], encoding="utf-8") as f:
         plan = json.load(f)
-    return plan["target"], plan["ops"]
+    return [(leg["target"], leg["ops"]) for leg in plan["legs"]]
 
 
 def emit(obj: dict[str, Any]) -> None:

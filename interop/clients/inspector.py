@@ -48,9 +48,11 @@ def run(target: dict[str, Any], op: dict[str, Any], timeout: float) -> dict[str,
 
 
 def main() -> None:
-    target, ops = load_plan()
-    if target["transport"] == "stdio":
-        target = dict(target, env=target.get("env"))
+    for target, ops in load_plan():
+        run_leg(target, ops)
+
+
+def run_leg(target: dict[str, Any], ops: list[dict[str, Any]]) -> None:
     for op in ops:
         if op["kind"] != "call":
             emit({"id": op["id"], "outcome": {"na": f"the one-shot CLI has no {op['kind']}"}})

@@ -101,8 +101,11 @@ async def wait_state(task: ToolTask, state: str, message: str | None = None) -> 
 
 
 async def main() -> None:
-    target, ops = load_plan()
-    row = Row(target)
+    for target, ops in load_plan():
+        await run_leg(Row(target), ops)
+
+
+async def run_leg(row: Row, ops: list[dict[str, Any]]) -> None:
     connected = [op for op in ops if op["kind"] != "restart"]
     if connected:
         async with row.client() as client:

@@ -120,8 +120,11 @@ async def start_task(client: Client, tool: str, args: dict[str, Any]) -> str:
 
 
 async def main() -> None:
-    target, ops = load_plan()
-    row = Row(target, "--ext" in sys.argv[2:])
+    for target, ops in load_plan():
+        await run_leg(Row(target, "--ext" in sys.argv[2:]), ops)
+
+
+async def run_leg(row: Row, ops: list[dict[str, Any]]) -> None:
     connected = [op for op in ops if op["kind"] != "restart"]
     if connected:
         async with row.client() as client:

@@ -119,8 +119,12 @@ async function restart(target, op) {
 }
 
 async function main() {
-  const { target } = plan;
-  const connected = plan.ops.filter((op) => op.kind !== "restart");
+  for (const leg of plan.legs) await runLeg(leg.target, leg.ops);
+  process.exit(0);
+}
+
+async function runLeg(target, legOps) {
+  const connected = legOps.filter((op) => op.kind !== "restart");
   if (connected.length) {
     let client;
     try {
@@ -141,7 +145,7 @@ async function main() {
       await client.close().catch(() => {});
     }
   }
-  for (const op of plan.ops.filter((o) => o.kind === "restart")) {
+  for (const op of legOps.filter((o) => o.kind === "restart")) {
     let outcome;
     try {
       outcome = await restart(target, op);
@@ -150,7 +154,6 @@ async function main() {
     }
     emit({ id: op.id, outcome });
   }
-  process.exit(0);
 }
 
 main();

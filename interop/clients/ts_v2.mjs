@@ -169,8 +169,12 @@ async function restart(target, op) {
 }
 
 async function main() {
-  const { target } = plan;
-  const connected = plan.ops.filter((op) => op.kind !== "restart");
+  for (const leg of plan.legs) await runLeg(leg.target, leg.ops);
+  process.exit(0);
+}
+
+async function runLeg(target, legOps) {
+  const connected = legOps.filter((op) => op.kind !== "restart");
   if (connected.length) {
     let conn;
     try {
@@ -192,7 +196,7 @@ async function main() {
       await conn.client.close().catch(() => {});
     }
   }
-  for (const op of plan.ops.filter((o) => o.kind === "restart")) {
+  for (const op of legOps.filter((o) => o.kind === "restart")) {
     let outcome;
     try {
       outcome = await restart(target, op);
@@ -201,7 +205,6 @@ async function main() {
     }
     emit({ id: op.id, outcome });
   }
-  process.exit(0);
 }
 
 main();
