@@ -202,7 +202,14 @@ def fastmcp_plan() -> dict[str, Expect]:
 
 # Defects of the other side, each reproduced by a script in interop/repro/ and described
 # in docs/interop.md: (client key, op) -> the note shown in the cell instead of FAIL.
-OTHER_SIDE: dict[tuple[str, str], str] = {}
+INSPECTOR_HANG = (
+    "the Inspector CLI hangs silently on a task's input request it cannot answer"
+    " (repro/inspector_cli_input_hang.py)"
+)
+OTHER_SIDE: dict[tuple[str, str], str] = {
+    ("inspector", "input"): INSPECTOR_HANG,
+    ("inspector", "decline"): INSPECTOR_HANG,
+}
 
 
 def judge(op: str, expect: Expect, outcome: dict[str, Any], row: str) -> str:
