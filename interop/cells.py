@@ -9,6 +9,7 @@ client; a client without a way to do one reports ``na``.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +44,8 @@ def _describe(outcome: dict[str, Any]) -> str:
 
 
 def _short(text: str, limit: int = 140) -> str:
-    text = " ".join(text.replace("\\n", " ").split()).replace("|", "\\|")
+    text = re.sub(r"\\+n", " ", text)  # newlines escaped once or twice in nested JSON
+    text = " ".join(re.sub(r"\\+\"", '"', text).split()).replace("|", "\\|")
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

@@ -25,6 +25,7 @@ INPUT_TIMEOUT = 6.0  # a call that waits for input the CLI cannot give
 
 def run(target: dict[str, Any], op: dict[str, Any], timeout: float) -> dict[str, Any]:
     argv = [str(NODE), str(CLI), "--cli", "--protocol-era", "modern", "--format", "json", "-q"]
+    argv += ["--connect-timeout", str(int(CALL_TIMEOUT * 1000))]  # a stdio server on a busy box
     argv += ["--method", "tools/call", "--tool-name", op["tool"]]
     argv += ["--tool-args-json", json.dumps(op.get("args") or {})]
     if target["transport"] == "http":
