@@ -47,57 +47,51 @@ HERE = Path(__file__).resolve().parent
 NODE = HERE / "node_modules" / ".bin" / "node"
 FASTMCP_PYTHON = HERE / ".venv-fastmcp" / "bin" / "python"
 START_TIMEOUT = 30.0
-ROW_TIMEOUT = 150.0
+ROW_TIMEOUT = 240.0  # one client process: conformance, Bridge and restart legs
 
 
 @dataclass(frozen=True)
 class ClientKind:
     key: str
     label: str
-    argv: Callable[[], list[str]]  # the command; the plan file is appended, then flags
-    flags: tuple[str, ...] = ()
-    transports: tuple[str, ...] = ("http", "stdio")
+    argv: tuple[str, ...]  # the plan file goes after the script, before any flag
 
 
-def _node(script: str) -> Callable[[], list[str]]:
-    return lambda: [str(NODE), str(HERE / "clients" / script)]
-
-
-def _python(script: str, python: Path | None = None) -> Callable[[], list[str]]:
-    return lambda: [str(python or sys.executable), str(HERE / "clients" / script)]
+def _script(interpreter: Path | str, script: str, *flags: str) -> tuple[str, ...]:
+    return (str(interpreter), str(HERE / "clients" / script), *flags)
 
 
 CLIENTS = [
     ClientKind(
         "fastmcp",
         "FastMCP 4.1.4 `Client` + `fastmcp_tasks`",
-        _python("py_fastmcp.py", FASTMCP_PYTHON),
+        _script(FASTMCP_PYTHON, "py_fastmcp.py"),
     ),
     ClientKind(
         "ts-v2",
         "`@modelcontextprotocol/client` 2.4.0 + `ext-tasks` 0.2.2",
-        _node("ts_v2.mjs"),
+        _script(NODE, "ts_v2.mjs"),
     ),
     ClientKind(
         "ts-sdk1",
         "`@modelcontextprotocol/sdk` 1.32.2 (2025-11-25 tasks, `callToolStream`)",
-        _node("ts_sdk1.mjs"),
+        _script(NODE, "ts_sdk1.mjs"),
     ),
     ClientKind(
-        "inspector",
-        "MCP Inspector 2.12.0 `--cli`",
-        _python("inspector.py"),
+        "inspector", "MCP Inspector 2.12.0 `--cli`", _script(sys.executable, "inspector.py")
     ),
     ClientKind(
         "python-ext",
         "official Python `Client` (mcp 2.3.0) + Keel `TasksClientExtension`",
-        _python("py_official.py"),
-        ("--ext",),
+        _script(sys.executable, "py_official.py", "--ext"),
     ),
     ClientKind(
-        "python", "official Python `Client` (mcp 2.3.0), no extension", _python("py_official.py")
+        "python",
+        "official Python `Client` (mcp 2.3.0), no extension",
+        _script(sys.executable, "py_official.py"),
     ),
 ]
+TRANSPORTS = ("http", "stdio")
 
 
 def free_port() -> int:
@@ -220,9 +214,9 @@ class Matrix:
         plan.write_text(json.dumps({"legs": [{"target": t, "ops": ops} for t, ops in legs]}))
         log = open(self.work / f"client-{tag}.log", "wb")  # noqa: SIM115, ASYNC230
         proc = await asyncio.create_subprocess_exec(
-            *kind.argv(),
+            *kind.argv[:2],
             str(plan),
-            *kind.flags,
+            *kind.argv[2:],
             env=self.env,
             cwd=HERE / "clients",
             stdin=asyncio.subprocess.PIPE,
@@ -495,9 +489,7 @@ async def main(args: argparse.Namespace) -> int:
     async with shared_servers(matrix) as servers:
         urls = {app: server.url for app, server in servers.items()}
         jobs = [
-            matrix.run_row(kind, transport, urls)
-            for kind in clients
-            for transport in kind.transports
+            matrix.run_row(kind, transport, urls) for kind in clients for transport in TRANSPORTS
         ]
         if not args.only or "fastmcp-server" in args.only:
             jobs.append(run_fastmcp_server_row(matrix, args.redis))
@@ -528,7 +520,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", help="the Markdown file whose matrix block is rewritten")
     parser.add_argument("--only", nargs="*", help="client keys (and/or fastmcp-server) to run")
-    parser.add_argument("--parallel", type=int, default=3, help="client rows run at once")
+    parser.add_argument("--parallel", type=int, default=4, help="client processes at once")
     parser.add_argument(
         "--redis", default="redis://127.0.0.1:6379/7", help="for the FastMCP server"
     )

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 
@@ -63,3 +64,33 @@ def error_outcome(exc: BaseException) -> dict[str, Any]:
     if isinstance(exc, BaseExceptionGroup):
         return error_outcome(exc.exceptions[0])
     return {"error": {"code": code if isinstance(code, int) else None, "message": message[:300]}}
+
+
+async def run_plan(make_row: Callable[[dict[str, Any]], Any]) -> None:
+    """Every leg of the plan: its calls and cancels on one connection (``row.client()``,
+    ``row.call`` / ``row.cancel``), then its restarts (``row.restart``), each reported."""
+    for target, ops in load_plan():
+        row = make_row(target)
+        connected = [op for op in ops if op["kind"] != "restart"]
+        reported: set[str] = set()
+        try:
+            if connected:
+                async with row.client() as client:
+                    for op in connected:
+                        try:
+                            outcome = await getattr(row, op["kind"])(client, op)
+                        except Exception as exc:
+                            outcome = error_outcome(exc)
+                        emit({"id": op["id"], "outcome": outcome})
+                        reported.add(op["id"])
+        except Exception as exc:  # the connection itself failed (or failed closing)
+            for op in connected:
+                if op["id"] not in reported:
+                    emit({"id": op["id"], "outcome": error_outcome(exc)})
+        for op in ops:
+            if op["kind"] == "restart":
+                try:
+                    outcome = await row.restart(op)
+                except Exception as exc:
+                    outcome = error_outcome(exc)
+                emit({"id": op["id"], "outcome": outcome})

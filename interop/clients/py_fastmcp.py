@@ -13,7 +13,7 @@ from typing import Any
 
 import anyio
 import fastmcp_tasks  # noqa: F401 - registers the tasks client extension on every Client
-from common import emit, error_outcome, load_plan, text_of, wait_for_go
+from common import emit, error_outcome, run_plan, text_of, wait_for_go
 from fastmcp import Client
 from fastmcp.client.elicitation import ElicitResult
 from fastmcp.client.transports import StdioTransport
@@ -101,27 +101,7 @@ async def wait_state(task: ToolTask, state: str, message: str | None = None) -> 
 
 
 async def main() -> None:
-    for target, ops in load_plan():
-        await run_leg(Row(target), ops)
-
-
-async def run_leg(row: Row, ops: list[dict[str, Any]]) -> None:
-    connected = [op for op in ops if op["kind"] != "restart"]
-    if connected:
-        async with row.client() as client:
-            for op in connected:
-                try:
-                    outcome = await getattr(row, op["kind"])(client, op)
-                except Exception as exc:
-                    outcome = error_outcome(exc)
-                emit({"id": op["id"], "outcome": outcome})
-    for op in ops:
-        if op["kind"] == "restart":
-            try:
-                outcome = await row.restart(op)
-            except Exception as exc:
-                outcome = error_outcome(exc)
-            emit({"id": op["id"], "outcome": outcome})
+    await run_plan(Row)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 import anyio
-from common import emit, error_outcome, load_plan, text_of, wait_for_go
+from common import emit, error_outcome, run_plan, text_of, wait_for_go
 from mcp import Client, StdioServerParameters
 from mcp_types import CallToolResult, ElicitResult
 
@@ -120,27 +120,7 @@ async def start_task(client: Client, tool: str, args: dict[str, Any]) -> str:
 
 
 async def main() -> None:
-    for target, ops in load_plan():
-        await run_leg(Row(target, "--ext" in sys.argv[2:]), ops)
-
-
-async def run_leg(row: Row, ops: list[dict[str, Any]]) -> None:
-    connected = [op for op in ops if op["kind"] != "restart"]
-    if connected:
-        async with row.client() as client:
-            for op in connected:
-                try:
-                    outcome = await getattr(row, op["kind"])(client, op)
-                except Exception as exc:
-                    outcome = error_outcome(exc)
-                emit({"id": op["id"], "outcome": outcome})
-    for op in ops:
-        if op["kind"] == "restart":
-            try:
-                outcome = await row.restart(op)
-            except Exception as exc:
-                outcome = error_outcome(exc)
-            emit({"id": op["id"], "outcome": outcome})
+    await run_plan(lambda target: Row(target, "--ext" in sys.argv[2:]))
 
 
 if __name__ == "__main__":
