@@ -22,12 +22,15 @@ if _typing.TYPE_CHECKING:
         StoreError,
         TaskAlreadyTerminal,
         TaskNotFound,
+        UnknownInputKey,
     )
     from keel.facade import TaskSnapshot, TaskStore
     from keel.model import Event, InputRequest, Reclaimed, Status, Task
     from keel.store import Store, open_store
 
-__version__ = "0.1.0"
+    __version__: str
+    """The installed distribution's version (``keel-tasks``), read on first use."""
+
 
 __all__ = [
     "ConfigurationError",
@@ -50,6 +53,7 @@ __all__ = [
     "TaskNotFound",
     "TaskSnapshot",
     "TaskStore",
+    "UnknownInputKey",
     "open_store",
 ]
 
@@ -67,6 +71,11 @@ _HOMES = {
 
 
 def __getattr__(name: str) -> _typing.Any:
+    if name == "__version__":  # one place: the CLI's --version and MCP's serverInfo
+        from importlib.metadata import version
+
+        globals()[name] = version("keel-tasks")
+        return globals()[name]
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module 'keel' has no attribute {name!r}")

@@ -14,10 +14,12 @@ conformance``), built with Keel's public API only.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import anyio
 from mcp.server import MCPServer
 
-from keel.mcp.server import TasksExtension, keel_lifespan
+from keel.mcp.serving import app_server
 from keel.runtime import Keel, TaskContext, TaskFailed, ToolError
 
 __all__ = ["app", "build_server"]
@@ -93,13 +95,20 @@ async def test_tool_with_task(ctx: TaskContext) -> str:
 
 
 def build_server(
-    keel_app: Keel = app, *, run_workers: bool = True, rate_limit_polls: bool = False
+    keel_app: Keel = app,
+    *,
+    run_workers: bool = True,
+    rate_limit_polls: bool = False,
+    state_dir: Path | None = None,
 ) -> MCPServer:
-    """The conformance server over ``keel_app`` (its store and workers)."""
-    server: MCPServer = MCPServer(
+    """The conformance server over ``keel_app`` (its store and workers); ``state_dir``
+    keeps its request-state key (see ``keel.mcp.serving.app_server``)."""
+    server = app_server(
+        keel_app,
         "keel-conformance",
-        extensions=[TasksExtension(keel_app, rate_limit_polls=rate_limit_polls)],
-        lifespan=keel_lifespan(keel_app, run_workers=run_workers),
+        rate_limit_polls=rate_limit_polls,
+        run_workers=run_workers,
+        state_dir=state_dir,
     )
 
     @server.tool()

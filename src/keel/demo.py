@@ -7,6 +7,10 @@
 4. the task is still there, still asking; answer it through ``tasks/update``;
 5. poll to ``completed``, showing each phase, and print the cited conclusion.
 
+With ``--protocol 2025-11-25`` the client speaks the 2025-11-25 tasks protocol instead
+(``params.task`` on the call, ``tasks/get`` polls; after the restart ``tasks/result`` asks
+the question through ``elicitation/create`` and answers the diagnosis).
+
 Every moment is one line, timed from the start. The server runs on the data directory
 ``keel serve`` uses (default ``keel-data``), so ``keel tasks show ID`` afterwards shows
 the task and its history. Exit code 0 only if the task completed with its citations.
@@ -30,12 +34,16 @@ import anyio
 from keel.errors import ConfigurationError, KeelError
 from keel.store import parse_location
 
-__all__ = ["DEMO_INCIDENT", "DEMO_SERVICE", "run_demo"]
+__all__ = ["DEMO_INCIDENT", "DEMO_SERVICE", "PROTOCOLS", "run_demo"]
 
 DEMO_INCIDENT = "INC-2026-0142"
 """The seed's incident in the Bridge's sample dataset: it names no affected service."""
 DEMO_SERVICE = "payments"
 """What the on-call engineer answers when the diagnosis asks which service is affected."""
+MODERN = "2026-07-28"
+V2025 = "2025-11-25"
+PROTOCOLS = (MODERN, V2025)
+"""The tasks protocols ``keel demo --protocol`` can speak."""
 READY_WAIT = 30.0  # seconds a starting server may take before the demo gives up
 STEP_WAIT = 120.0  # seconds any one step may take
 
@@ -220,6 +228,64 @@ class _Demo:
         self.server.start()
         return self.server.pid
 
+    async def run_v2025(self) -> dict[str, Any]:
+        """The same incident over the 2025-11-25 tasks protocol: ``params.task`` on the
+        call, tasks/get polls, and after the restart a tasks/result that asks the question
+        through elicitation/create and answers the diagnosis."""
+        from keel.mcp.client_v2025 import LegacyClient
+
+        server = self.server
+        self.say(f"starting keel serve (Incident Bridge, pid {self._start()}) at {server.url}")
+        await server.ready()
+        self.say("server ready; initialize at protocol 2025-11-25")
+        self.say(f"tools/call diagnose_root_cause {{incident_id: {DEMO_INCIDENT}}}, params.task")
+        async with LegacyClient(server.url, timeout=STEP_WAIT) as client:
+            created = await client.call_task("diagnose_root_cause", {"incident_id": DEMO_INCIDENT})
+            task_id = created["taskId"]
+            self.say(f"task {task_id}: {created['status']} (durable handle, committed first)")
+            waiting = await self.until_v2025(client, task_id, {"input_required", "completed"})
+        if waiting["status"] != "input_required":
+            raise KeelError(f"expected the task to ask for a service; it is {waiting['status']}")
+        self.say(f"task {task_id}: input_required (the question comes with tasks/result)")
+
+        self.say(f"routine deploy: SIGKILL keel serve (pid {server.pid}) while the task waits")
+        server.kill()
+        self.say(f"restarting keel serve (pid {self._start()})")
+        await server.ready()
+
+        async def answer(message: str, schema: dict[str, Any], related: str | None) -> Any:
+            self.say(f"elicitation/create for task {related}: {message!r}")
+            self.say(f"  answer: service = {DEMO_SERVICE!r}")
+            return {"service": DEMO_SERVICE}
+
+        async with LegacyClient(server.url, on_input=answer, timeout=STEP_WAIT) as client:
+            after = await client.get(task_id)
+            self.say(f"after the restart, tasks/get {task_id}: {after['status']}")
+            if after["status"] != "input_required":
+                raise KeelError(f"the task did not survive the restart: {after['status']}")
+            self.say(f"tasks/result {task_id} (blocks until the task ends)")
+            with anyio.fail_after(STEP_WAIT):
+                result = await client.result(task_id)
+            done = await client.get(task_id)
+        if done["status"] != "completed" or result.get("isError"):
+            raise KeelError(f"the diagnosis ended {done['status']}: {done.get('statusMessage')}")
+        self.say(f"task {task_id}: completed")
+        return {"taskId": task_id, "status": "completed", "result": result}
+
+    async def until_v2025(self, client: Any, task_id: str, statuses: set[str]) -> dict[str, Any]:
+        """Poll 2025-11-25 tasks/get until one of ``statuses``, showing status messages."""
+        last = None
+        with anyio.fail_after(STEP_WAIT):
+            while True:
+                task: dict[str, Any] = await client.get(task_id)
+                message = task.get("statusMessage")
+                if message and message != last:
+                    self.say(f"  {task['status']}: {message}")
+                    last = message
+                if task["status"] in statuses | {"failed", "cancelled"}:
+                    return task
+                await anyio.sleep(min(task.get("pollInterval", 500) / 1000, 0.5))
+
 
 def _render(echo: Echo, task: dict[str, Any]) -> None:
     result = task["result"]
@@ -257,8 +323,13 @@ def _leaf_messages(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def run_demo(data_dir: Path, store: str | None, echo: Echo) -> dict[str, Any]:
-    """Play the incident; return the completed task (``tasks/get`` shape).
+def run_demo(
+    data_dir: Path, store: str | None, echo: Echo, *, protocol: str = MODERN
+) -> dict[str, Any]:
+    """Play the incident; return the completed task (``tasks/get`` shape, with ``result``).
+
+    ``protocol`` is the tasks protocol the demo's client speaks: ``2026-07-28`` (the
+    extension, through the official client) or ``2025-11-25`` (over plain HTTP).
 
     Raises:
         ConfigurationError: a store that cannot survive a restart (memory://).
@@ -271,12 +342,14 @@ def run_demo(data_dir: Path, store: str | None, echo: Echo) -> dict[str, Any]:
     data_dir = data_dir.absolute()
     data_dir.mkdir(parents=True, exist_ok=True)
     log_path = data_dir / "demo-serve.log"
-    echo("keel demo: the seed's incident, over MCP, against a real keel serve")
+    if protocol not in PROTOCOLS:
+        raise ConfigurationError(f"protocol must be one of {', '.join(PROTOCOLS)}, not {protocol}")
+    echo(f"keel demo: the seed's incident, over MCP {protocol}, against a real keel serve")
     with log_path.open("ab") as log:
         server = _Server(data_dir, store, log)
         demo = _Demo(server, echo)
         try:
-            done = anyio.run(demo.run)
+            done = anyio.run(demo.run_v2025 if protocol == V2025 else demo.run)
         except KeelError:
             raise
         except Exception as exc:  # the client's errors (MCP, HTTP), often in a group

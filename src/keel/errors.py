@@ -13,6 +13,7 @@ Callers catch these, never driver exceptions: adapters translate ``sqlite3`` (an
     ├── IdempotencyConflict     same idempotency key, different request
     ├── InvalidPayload          not JSON, wrong shape, or an invalid JSON Schema
     │   ├── InputRejected       input that violates the schema it was requested with
+    │   ├── UnknownInputKey     answers keyed by no open input request (names those expected)
     │   └── PayloadTooLarge     arguments, input, result or step value over the size limit
     ├── ImportFailed            a teaching-store JSON file that cannot be imported whole
     ├── ConfigurationError      a bad store location or option
@@ -42,6 +43,7 @@ __all__ = [
     "StoreError",
     "TaskAlreadyTerminal",
     "TaskNotFound",
+    "UnknownInputKey",
 ]
 
 
@@ -137,6 +139,37 @@ class InputRejected(InvalidPayload):
         self.key = key
         self.path = path
         self.reason = reason
+
+
+class UnknownInputKey(InvalidPayload):
+    """Answers to a waiting task keyed by none of its open input requests: a mistyped or
+    already answered key, or the answer itself given instead of ``{key: answer}``. Nothing
+    is accepted (an answer that would be silently ignored is refused instead).
+
+    Attributes:
+        keys: the keys the answers were given under.
+        expected: the keys of the requests still open.
+    """
+
+    def __init__(
+        self,
+        task_id: str,
+        keys: Sequence[str],
+        expected: Sequence[str],
+        answered: Sequence[str] = (),
+    ) -> None:
+        given = ", ".join(map(repr, keys))
+        if not keys:
+            what = f"no answer given for task {task_id}"
+        elif set(keys) <= set(answered):
+            what = f"input {given} of task {task_id} was already answered"
+        else:
+            what = f"task {task_id} has no input request {given}"
+        pending = ", ".join(map(repr, expected))
+        super().__init__(f"{what}; pending: {pending} (answers are keyed by input request)")
+        self.task_id = task_id
+        self.keys = list(keys)
+        self.expected = list(expected)
 
 
 class PayloadTooLarge(InvalidPayload):

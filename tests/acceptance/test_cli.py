@@ -235,6 +235,21 @@ def test_answer_violating_the_schema_is_exit_1(keel, facade):
     assert keel.snapshot() == before
 
 
+def test_answer_to_a_wrong_key_is_exit_1(keel, facade):
+    """--key naming no open request (the answer's own field, here): one error line naming
+    the key expected; the task still waits, its store unchanged."""
+    task = facade.create(SCHEMA)
+    before = keel.snapshot()
+    message = keel.error_line(
+        "tasks", "answer", task.task_id, "--key", "service", "--json", '"payments"'
+    )
+    assert message == (
+        f"task {task.task_id} has no input request 'service'; pending: 'input' "
+        "(answers are keyed by input request)"
+    )
+    assert keel.snapshot() == before
+
+
 def test_answer_in_the_wrong_state_is_exit_1(keel, facade):
     """8B: answering a working task names its status; exit 1."""
     task = facade.create()

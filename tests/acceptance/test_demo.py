@@ -31,7 +31,7 @@ MOMENTS = [
     r"restarting keel serve \(pid (\d+)\)",
     r"after the restart, tasks/get \S+: input_required, still asking \['service'\]",
     r"tasks/update: service -> service = 'payments'",
-    r"working: \[8/8\] ranking hypotheses",
+    r"working: \[6/6\] ranking hypotheses",
     r"task \S+: completed",
     r"^Conclusion: ",
     r"^Citations \(\d+\):",

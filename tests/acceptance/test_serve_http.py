@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 import pytest
 from mcp import Client
-from mcp_types import Result
+from mcp_types import CallToolResult, ElicitResult, InputRequiredResult, Result
 
 from keel.mcp.client import (
     CancelTask,
@@ -206,3 +206,29 @@ async def test_a_graceful_stop_gives_running_tasks_back_at_once(server: Server) 
     await server.ready()
     done = await until(server.url, created.task_id, "completed")
     assert done["result"]["content"][0]["text"] == "computed deploy after 2s"
+
+
+async def test_a_plain_client_answers_across_a_sigkill(server: Server) -> None:
+    """A client without the tasks extension is asked (an input-required result); keel
+    serve is SIGKILLed and restarted; the client's retry with the same requestState is
+    accepted (its sealing key is kept beside the store) and completes that same task."""
+    await server.ready()
+    async with Client(server.url) as client:
+        asked = await client.session.call_tool(
+            "confirm_delete", {"filename": "a.txt"}, allow_input_required=True
+        )
+    assert isinstance(asked, InputRequiredResult)
+    assert asked.input_requests is not None
+    assert list(asked.input_requests) == ["confirm"]
+    await restart(server)
+    async with Client(server.url) as client:
+        done = await client.session.call_tool(
+            "confirm_delete",
+            {"filename": "a.txt"},
+            input_responses={"confirm": ElicitResult(action="accept", content={"confirm": True})},
+            request_state=asked.request_state,
+        )
+    assert isinstance(done, CallToolResult)
+    assert done.content[0].text == "deleted a.txt"  # type: ignore[union-attr]
+    tasks = await SqliteStore(server.folder / "keel.db").list()
+    assert [t.status.value for t in tasks] == ["completed"]  # the same task, no second one

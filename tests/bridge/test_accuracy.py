@@ -29,7 +29,11 @@ from .conftest import DatasetFactory, truth_of
 pytestmark = pytest.mark.anyio
 
 TEST_SEEDS = (2718, 31415, 16180)  # never used while tuning (tuned on 3, 7..13)
-TARGET = 0.9  # the top hypothesis is the injected cause in at least 90 % of each kind
+# The targets of the held-out evaluation (docs/bridge.md): the top hypothesis is the
+# injected cause (kind, service and deploy: stricter than naming the cause) in at least
+# 85 % overall and 70 % of each kind; an abstention ("no clear cause") counts as a miss.
+TARGET = 0.85
+TARGET_PER_KIND = 0.7
 
 _OPENED: list[str] = []
 
@@ -64,8 +68,9 @@ async def resolves(server: MCPServer[Any], citation: dict[str, Any]) -> bool:
 async def test_top_hypothesis_is_the_injected_cause_and_every_citation_resolves(
     dataset: DatasetFactory,
 ) -> None:
-    """On 39 incidents of unseen seeds: per kind, the top hypothesis is the injected
-    cause (kind, service and deploy) in >= 90 %; a red-herring deploy is never on top;
+    """On 39 incidents of unseen seeds: the top hypothesis is the injected cause (kind,
+    service and deploy) in >= 85 %, and >= 70 % of each kind; a red-herring deploy is
+    never on top;
     every citation resolves through get_incident / search_traces / list_deploys; the
     ground-truth file is never opened while diagnosing."""
     total: Counter[str] = Counter()
@@ -83,7 +88,7 @@ async def test_top_hypothesis_is_the_injected_cause_and_every_citation_resolves(
             result = run_diagnosis(bridge, case["incident_id"], case["symptom_service"])
             assert _OPENED == [], "the diagnosis opened the ground truth"
             top = result["root_cause"]
-            got = (top["kind"], top["service"], top["deploy_id"])
+            got = None if top is None else (top["kind"], top["service"], top["deploy_id"])
             want = (case["kind"], case["root_service"], case.get("deploy_id"))
             total[case["kind"]] += 1
             if got == want:
@@ -91,8 +96,8 @@ async def test_top_hypothesis_is_the_injected_cause_and_every_citation_resolves(
             else:
                 misses.append(f"seed {seed} {case['incident_id']}: want {want}, got {got}")
             herrings += len(case["herring_ids"])
-            herring_on_top += top["deploy_id"] in case["herring_ids"]
-            assert 0 < result["confidence"] <= 1
+            herring_on_top += top is not None and top["deploy_id"] in case["herring_ids"]
+            assert 0 <= result["confidence"] <= 1
             cited = {c for h in result["hypotheses"] for cl in h["claims"] for c in cl["citations"]}
             assert cited <= {c["id"] for c in result["citations"]}
             for citation in result["citations"]:
@@ -106,7 +111,8 @@ async def test_top_hypothesis_is_the_injected_cause_and_every_citation_resolves(
     )
     assert sum(total.values()) >= 20
     assert set(total) == set(KINDS)
+    assert sum(right.values()) / sum(total.values()) >= TARGET, (report, misses)
     for kind in KINDS:
-        assert right[kind] / total[kind] >= TARGET, (report, misses)
+        assert right[kind] / total[kind] >= TARGET_PER_KIND, (report, misses)
     assert herrings > 0
     assert herring_on_top == 0

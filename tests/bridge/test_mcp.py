@@ -7,17 +7,25 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
+import jsonschema
 import pytest
 from mcp import Client
 from mcp.server import MCPServer
 from mcp.shared.exceptions import MCPError
 from mcp_types import Result
 
-from keel.bridge import SEED_DEPLOY, SEED_INCIDENT, add_tools, build_app
+from keel.bridge import (
+    SEED_DEPLOY,
+    SEED_INCIDENT,
+    add_tools,
+    build_app,
+    open_bridge,
+    run_diagnosis,
+)
 from keel.bridge.settings import BridgeSettings
 from keel.mcp.client import Created, Detailed, GetTask, TaskIdParams, UpdateParams, UpdateTask
 from keel.mcp.client import TasksClientExtension as Tasks
-from keel.mcp.server import TasksExtension, keel_lifespan
+from keel.mcp.serving import app_server
 from keel.store import SqliteStore
 
 from .conftest import DatasetFactory
@@ -31,9 +39,7 @@ def server(dataset: DatasetFactory, tmp_path: Any) -> MCPServer[Any]:
     """The Bridge as ``keel serve`` will assemble it: the task app and the plain tools."""
     settings = dataset(7)
     app = build_app(settings, SqliteStore(tmp_path / "keel.db"))
-    server: MCPServer[Any] = MCPServer(
-        "bridge", extensions=[TasksExtension(app)], lifespan=keel_lifespan(app)
-    )
+    server = app_server(app, "incident-bridge")
     add_tools(server, settings)
     return server
 
@@ -96,6 +102,9 @@ async def test_seed_incident_asks_for_the_service_refuses_a_wrong_one_and_conclu
         result = done["result"]
         assert result["isError"] is False
         conclusion = result["structuredContent"]
+        [tool] = [t for t in (await client.list_tools()).tools if t.name == "diagnose_root_cause"]
+        assert tool.output_schema is not None
+        jsonschema.validate(conclusion, tool.output_schema)
         assert conclusion["root_cause"]["deploy_id"] == SEED_DEPLOY
         assert conclusion["root_cause"]["kind"] == "config_change"
         assert SEED_DEPLOY in result["content"][0]["text"]
@@ -107,6 +116,24 @@ async def test_seed_incident_asks_for_the_service_refuses_a_wrong_one_and_conclu
                 assert content["total"] > 0, citation
             else:
                 assert citation["ref"].split("/")[-1] in str(content), citation
+
+
+async def test_a_diagnosis_answered_inline_matches_the_output_schema(
+    server: MCPServer[Any], dataset: DatasetFactory
+) -> None:
+    """A client without the tasks extension that names the service gets the diagnosis
+    inline; the official client checks it against the listed outputSchema, and the
+    structured content is the whole diagnosis: no key of it is left out by the type."""
+    async with Client(server) as client:
+        result = await client.call_tool(
+            "diagnose_root_cause", {"incident_id": SEED_INCIDENT, "service": "payments"}
+        )
+        [tool] = [t for t in (await client.list_tools()).tools if t.name == "diagnose_root_cause"]
+    assert not result.is_error
+    assert tool.output_schema is not None
+    jsonschema.validate(result.structured_content, tool.output_schema)
+    bridge = open_bridge(dataset(7))
+    assert result.structured_content == run_diagnosis(bridge, SEED_INCIDENT, "payments")
 
 
 async def test_unknown_incident_ends_the_task_with_a_tool_error(server: MCPServer[Any]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -74,9 +75,9 @@ def test_json_lines_and_one_pretty_object_read_the_same(tmp_path: Path) -> None:
 
     expected = rows(lines)
     assert [r[:4] + r[7:] for r in expected] == [
-        (TRACE, "eee19b7ec3c1b174", None, "checkout", 0),
-        (TRACE, "eee19b7ec3c1b175", "eee19b7ec3c1b174", "checkout", 0),
-        (TRACE, "eee19b7ec3c1b176", "eee19b7ec3c1b175", "payments", 1),
+        (TRACE, "eee19b7ec3c1b174", None, "checkout", 0, 0, None),
+        (TRACE, "eee19b7ec3c1b175", "eee19b7ec3c1b174", "checkout", 0, 0, None),
+        (TRACE, "eee19b7ec3c1b176", "eee19b7ec3c1b175", "payments", 1, 0, None),
     ]
     assert rows(pretty) == expected
     assert rows(pretty, whole_limit=64) == expected  # walked, never decoded whole
@@ -203,3 +204,119 @@ def test_incidents_and_deploys_from_json_and_csv(tmp_path: Path) -> None:
     incidents.write_text(json.dumps([{"id": "INC-1", "title": "t"}]))
     with pytest.raises(MalformedSource, match=r"incident #1 \(INC-1\): opened_at must be"):
         JsonIncidents(incidents).all()
+
+
+def test_a_byte_order_mark_and_crlf_are_read_everywhere(tmp_path: Path) -> None:
+    """What a spreadsheet exports as "CSV UTF-8" (a BOM, CRLF line ends) reads as plain
+    CSV; incidents JSON and OTLP files with a BOM read as without one."""
+    csv = tmp_path / "deploys.csv"
+    csv.write_bytes(
+        b"\xef\xbb\xbfid,service,deployed_at,summary\r\n"
+        b"d-1,payments,2026-03-14T09:41:00Z,lower timeout\r\n"
+    )
+    [deploy] = FileDeploys(csv).all()
+    assert (deploy.id, deploy.service, deploy.summary) == ("d-1", "payments", "lower timeout")
+    incidents = tmp_path / "incidents.json"
+    record = {"id": "INC-1", "title": "t", "opened_at": "2026-03-14T09:44:00Z"}
+    incidents.write_bytes(b"\xef\xbb\xbf" + json.dumps([record]).encode() + b"\r\n")
+    assert [i.id for i in JsonIncidents(incidents).all()] == ["INC-1"]
+    traces = tmp_path / "t.jsonl"
+    line = json.dumps(request("a", span("eee19b7ec3c1b174"))).encode()
+    traces.write_bytes(b"\xef\xbb\xbf" + line + b"\r\n" + line.replace(b"eee1", b"fff1") + b"\r\n")
+    assert [r[1] for r in rows(traces)] == ["eee19b7ec3c1b174", "fff19b7ec3c1b174"]
+
+
+def test_ingest_refuses_deploys_and_incidents_the_diagnosis_could_not_read(
+    dataset: Any, tmp_path: Path
+) -> None:
+    """prepare (keel bridge ingest, keel serve --check) reads the incidents and deploys
+    too: a broken file is refused there, naming it, not at the first diagnosis."""
+    data = tmp_path / "copy"
+    shutil.copytree(dataset(7).data_dir, data)
+    settings = BridgeSettings(data_dir=data)
+    (data / "deploys.json").write_text('[{"id": "d-1", "service": "a"}]')
+    with pytest.raises(MalformedSource, match=r"deploys\.json: deploy #1: .* is missing"):
+        prepare(settings, log=lambda _line: None)
+    (data / "deploys.json").write_text("[]")
+    (data / "incidents.json").write_text("{not json")
+    with pytest.raises(MalformedSource, match=r"incidents\.json"):
+        prepare(settings, log=lambda _line: None)
+
+
+class Recorder:
+    """A Progress that keeps what it was told."""
+
+    def __init__(self) -> None:
+        self.total = -1
+        self.seen: list[tuple[int, int]] = []
+
+    def start(self, total_bytes: int) -> None:
+        self.total = total_bytes
+
+    def advance(self, bytes_done: int, spans_read: int) -> None:
+        self.seen.append((bytes_done, spans_read))
+
+
+def test_duplicate_spans_are_stored_once_and_progress_is_reported(tmp_path: Path) -> None:
+    """The same export ingested twice (same trace and span ids) counts once: spans,
+    errors and per-minute aggregates as from one copy. Progress starts with the total
+    size and ends at it, with every span read."""
+    one = tmp_path / "one.jsonl"
+    spans = [span("eee19b7ec3c1b174"), span("aaa19b7ec3c1b174", "eee19b7ec3c1b174", error=True)]
+    one.write_text(json.dumps(request("a", *spans)) + "\n")
+    single = build_index([one], tmp_path / "single.db")
+    twice = tmp_path / "again.jsonl"
+    shutil.copy(one, twice)
+    recorder = Recorder()
+    double = build_index([one, twice], tmp_path / "double.db", progress=recorder)
+    assert (single.spans, single.duplicates) == (2, 0)
+    assert (double.spans, double.duplicates) == (2, 2)
+    first, second = TraceIndex(tmp_path / "single.db"), TraceIndex(tmp_path / "double.db")
+    assert second.search(trace_id=TRACE)[1] == 2
+    assert second.minutes("a", 0, 2**62) == first.minutes("a", 0, 2**62)
+    assert second.meta()["spans"] == "2"
+    size = one.stat().st_size * 2
+    assert recorder.total == size
+    assert recorder.seen[-1] == (size, 4)
+    assert recorder.seen == sorted(recorder.seen)
+
+
+def attribute(key: str, value: str) -> dict[str, Any]:
+    return {"key": key, "value": {"stringValue": value}}
+
+
+def test_span_kinds_and_the_callee_of_client_spans_are_read(tmp_path: Path) -> None:
+    """kind as a number or OTLP's enum name; a client or producer span's callee from the
+    most specific attribute it has (peer.service, then the database, the destination, the
+    host); other spans have none."""
+    traces = tmp_path / "t.jsonl"
+    spans = [
+        span("aaa19b7ec3c1b174", kind=2, attributes=[attribute("peer.service", "x")]),
+        span(
+            "bbb19b7ec3c1b174",
+            kind="SPAN_KIND_CLIENT",
+            attributes=[
+                attribute("server.address", "db-1.internal"),
+                attribute("db.name", "orders"),
+            ],
+        ),
+        span("ccc19b7ec3c1b174", kind=4, attributes=[attribute("messaging.destination.name", "q")]),
+        span("ddd19b7ec3c1b174", kind=3, attributes=[attribute("server.address", "api.example")]),
+        span("eee19b7ec3c1b174", kind=3),
+    ]
+    traces.write_text(json.dumps(request("a", *spans)) + "\n")
+    assert [(r[8], r[9]) for r in rows(traces)] == [
+        (2, None),
+        (3, "orders"),
+        (4, "q"),
+        (3, "api.example"),
+        (3, None),
+    ]
+    build_index([traces], tmp_path / "index.db")
+    found, _ = TraceIndex(tmp_path / "index.db").search(service="a")
+    assert [(s.to_json()["kind"], s.to_json().get("peer")) for s in found][:2] == [
+        ("server", None),
+        ("client", "orders"),
+    ]
+    # A service's own minutes count its server (and unspecified) spans only.
+    assert [m[1] for m in TraceIndex(tmp_path / "index.db").minutes("a", 0, 2**62)] == [1]

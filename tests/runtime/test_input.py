@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from keel.errors import InputRejected, InvalidPayload
+from keel.errors import InputRejected, InvalidPayload, UnknownInputKey
 from keel.model import Status, Task
 from keel.runtime import InputDeclined, Keel, TaskContext
 from keel.store import MemoryStore, Store
@@ -248,6 +248,54 @@ async def test_invalid_answers_are_refused_and_the_request_stays(store: Store) -
         await store.provide_input(task.task_id, {"input-1": {"approved": True}})
         done = await settles(store, task.task_id)
     assert (done.result["content"][0]["text"], runs) == ("go", 2)
+
+
+async def test_answers_keyed_by_no_open_request_are_refused(store: Store) -> None:
+    """Keel.answer refuses answers none of whose keys is an open request (the answer object
+    itself, a mistyped key, a key already answered), naming the keys expected; nothing
+    changes. A mix with an open key is accepted (the others are ignored, as the store does)."""
+    app = Keel(store)
+
+    @app.task("change")
+    async def change(ctx: TaskContext) -> dict[str, Any]:
+        return await ctx.elicit_many(
+            {"service": ("Which service?", SERVICE), "approval": ("Approve?", APPROVAL)}
+        )
+
+    task = await app.submit("change")
+    async with running(worker(app)):
+        before = await parks(store, task.task_id)
+        with pytest.raises(UnknownInputKey) as refused:
+            await app.answer(task.task_id, {"services": "payments"})
+        assert str(refused.value) == (
+            f"task {task.task_id} has no input request 'services'; pending: 'service', "
+            "'approval' (answers are keyed by input request)"
+        )
+        assert (refused.value.keys, refused.value.expected) == (
+            ["services"],
+            ["service", "approval"],
+        )
+        assert isinstance(refused.value, InvalidPayload)
+        with pytest.raises(UnknownInputKey, match="no answer given"):
+            await app.answer(task.task_id, {})
+        with pytest.raises(UnknownInputKey, match="no input request 'typo'"):
+            await app.answer(task.task_id, {}, declined={"typo": "decline"})
+        assert await store.get(task.task_id) == before
+
+        half = await app.answer(
+            task.task_id, {"service": {"service": "payments"}, "extra": {"ignored": True}}
+        )
+        assert list(half.pending_input) == ["approval"]
+        with pytest.raises(UnknownInputKey) as again:
+            await app.answer(task.task_id, {"service": {"service": "ledger"}})
+        assert str(again.value) == (
+            f"input 'service' of task {task.task_id} was already answered; pending: "
+            "'approval' (answers are keyed by input request)"
+        )
+        assert await store.get(task.task_id) == half
+        await app.answer(task.task_id, {"approval": {"approved": True}})
+        done = await settles(store, task.task_id)
+    assert done.result["structuredContent"]["service"] == {"service": "payments"}
 
 
 async def test_except_exception_does_not_swallow_parking(store: Store) -> None:

@@ -1,7 +1,8 @@
 """The requirements manifest of Keel's MCP tasks extension (SEP-2663, spec 2026-07-28).
 
-Every MUST and SHOULD of part B (B1-B9) of ``shared/reference/mcp-tasks-spec.md``, plus
-the MAYs Keel chooses to honour and Keel's own commitments from issue 4 (``K*``). Each
+Every MUST and SHOULD of part B (B1-B9) of ``shared/reference/mcp-tasks-spec.md``, those
+of part A (the 2025-11-25 utility, ``A*``) that the dual stack honours, plus the MAYs Keel
+chooses to honour and Keel's own commitments from issues 4 and 12 (``K*``). Each
 entry has a stable id, the level, a one-line paraphrase, where it comes from, and either
 nothing more (it is *tested*: at least one test names it with
 ``@pytest.mark.requirement("B3.2", ...)``) or a written ``deviation``: why no test
@@ -21,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["ALL", "LEVELS", "REQUIREMENTS", "Requirement", "needing_tests"]
+__all__ = ["ALL", "LEVELS", "PART_A", "REQUIREMENTS", "Requirement", "needing_tests"]
 
 Level = Literal["MUST", "MUST NOT", "SHOULD", "SHOULD NOT", "MAY"]
 LEVELS: tuple[Level, ...] = ("MUST", "MUST NOT", "SHOULD", "SHOULD NOT", "MAY")
@@ -51,7 +52,189 @@ _HOST_TRUST = (
     "elicitation is the host application's job, which no library test can prove."
 )
 
+_V1 = "the 2025-11-25 tasks utility [T1]"
+
+PART_A: tuple[Requirement, ...] = (
+    # --- A. The 2025-11-25 tasks utility on the same server (issue 12, keel.mcp.v2025) --
+    Requirement(
+        "A1.1",
+        "MUST",
+        "A 2025-11-25 initialize result declares capabilities.tasks: cancel and "
+        "requests.tools.call.",
+        f"A1 {_V1} §Capabilities",
+    ),
+    Requirement(
+        "A1.2",
+        "MUST",
+        "tools/list at 2025-11-25 marks each task tool execution.taskSupport (optional or "
+        "required); other tools carry none (forbidden).",
+        f"A1 {_V1} §Tool-Level Negotiation",
+    ),
+    Requirement(
+        "A1.3",
+        "MUST",
+        "A taskSupport 'required' tool called without params.task answers -32601.",
+        f"A1 {_V1} §Tool-Level Negotiation",
+    ),
+    Requirement(
+        "A1.4",
+        "SHOULD",
+        "A tool without taskSupport called with params.task answers -32601.",
+        f"A1 {_V1} §Tool-Level Negotiation",
+    ),
+    Requirement(
+        "A2.1",
+        "MUST",
+        "tools/call with params.task answers a CreateTaskResult {task} (no result in it), "
+        "as soon as the task is committed.",
+        f"A2 {_V1} §Creating Tasks",
+    ),
+    Requirement(
+        "A3.1",
+        "MUST",
+        "Every Task carries taskId, status, createdAt, lastUpdatedAt (ISO 8601) and ttl "
+        "(ms, or null); pollInterval in ms.",
+        f"A3 {_V1} [S1 Task]",
+    ),
+    Requirement(
+        "A4.1",
+        "MUST",
+        "tasks/result on a working or input_required task blocks until the task is terminal.",
+        f"A4 {_V1} §Getting Task Results",
+    ),
+    Requirement(
+        "A4.2",
+        "MUST",
+        "tasks/result on a terminal task answers exactly what tools/call would have: the "
+        "CallToolResult (isError kept) or the JSON-RPC error.",
+        f"A4 {_V1} §Getting Task Results",
+    ),
+    Requirement(
+        "A4.3",
+        "MUST",
+        "tasks/list pages with an opaque cursor and includes nextCursor while more tasks remain.",
+        f"A4 {_V1} §Listing Tasks",
+    ),
+    Requirement(
+        "A4.4",
+        "MUST",
+        "A task retrievable through tasks/get by a requestor is listed by tasks/list for it.",
+        f"A4 {_V1} §Listing Tasks",
+    ),
+    Requirement(
+        "A4.5",
+        "MAY",
+        "notifications/tasks/status carries the full Task on each status change (sent while "
+        "tasks/result waits; no related-task _meta, which it SHOULD NOT carry).",
+        f"A4 {_V1} §Task Status Notification, A5",
+    ),
+    Requirement(
+        "A5.1",
+        "MUST",
+        "The tasks/result answer carries _meta io.modelcontextprotocol/related-task {taskId}.",
+        f"A5 {_V1} §Related Task Metadata",
+    ),
+    Requirement(
+        "A5.2",
+        "MUST",
+        "An elicitation/create a task sends carries the related-task _meta with its taskId.",
+        f"A5 {_V1} §Associating Task-Related Messages",
+    ),
+    Requirement(
+        "A6.1",
+        "MUST",
+        "A tool result with isError shows the task failed at 2025-11-25 (stored completed "
+        "with isError, as 2026-07-28 shows it).",
+        f"A6 {_V1} §Task Status Lifecycle",
+    ),
+    Requirement(
+        "A7.1",
+        "SHOULD",
+        "A task's input requests reach the requestor as elicitation/create on the stream of "
+        "the waiting tasks/result (the GET stream when the server answers in JSON).",
+        f"A7 {_V1} §Input Required Status",
+    ),
+    Requirement(
+        "A7.2",
+        "SHOULD",
+        "Once its input is received, the task leaves input_required and goes on.",
+        f"A7 {_V1} §Input Required Status",
+    ),
+    Requirement(
+        "A8.1",
+        "MUST",
+        "An unknown taskId on tasks/get, tasks/result or tasks/cancel answers -32602.",
+        f"A8 {_V1} §Error Handling",
+    ),
+    Requirement(
+        "A8.2",
+        "MUST",
+        "An invalid or unknown tasks/list cursor answers -32602.",
+        f"A8 {_V1} §Error Handling",
+    ),
+    Requirement(
+        "A8.3",
+        "MUST",
+        "tasks/cancel on a task in a terminal status answers -32602.",
+        f"A8 {_V1} §Error Handling, A9",
+    ),
+    Requirement(
+        "A9.2",
+        "MUST",
+        "tasks/cancel moves the task to cancelled before its answer (the cancelled Task) is sent.",
+        f"A9 {_V1} §Task Cancellation",
+    ),
+    Requirement(
+        "A10.1",
+        "MUST",
+        "tasks/get includes the actual ttl (the server's, null when kept for good).",
+        f"A10 {_V1} §TTL and Resource Management",
+    ),
+    Requirement(
+        "A11.1",
+        "MUST",
+        "With authentication, tasks/get, tasks/result and tasks/cancel refuse another "
+        "principal's task (as unknown).",
+        f"A11 {_V1} §Security Considerations",
+    ),
+    Requirement(
+        "A11.2",
+        "MUST",
+        "With authentication, tasks/list shows only the caller's own tasks.",
+        f"A11 {_V1} §Security Considerations",
+    ),
+    Requirement(
+        "A11.4",
+        "SHOULD NOT",
+        "A server that cannot identify requestors does not declare tasks.list (and answers "
+        "tasks/list -32601).",
+        f"A11 {_V1} §Security Considerations",
+    ),
+    # --- Keel's own commitments for the 2025-11-25 flow (issue 12) ---------------------
+    Requirement(
+        "K20",
+        "MUST",
+        "A task that needs input from a 2025-11-25 client that cannot be asked (no form "
+        "elicitation) answers -32021, not -32603, and is cancelled, the reason in its history.",
+        "[I12] plain clients never strand a task",
+    ),
+    Requirement(
+        "K21",
+        "MUST",
+        "A task created over 2025-11-25 survives a SIGKILL of keel serve and is finished "
+        "through tasks/result after the restart.",
+        "[I12] dual stack: same durability",
+    ),
+    Requirement(
+        "K22",
+        "MUST",
+        "keel demo --protocol 2025-11-25 plays the incident end to end over that protocol.",
+        "[I12] done when",
+    ),
+)
+
 ALL: tuple[Requirement, ...] = (
+    *PART_A,
     # --- B1. Capability negotiation -------------------------------------------------
     Requirement(
         "B1.1",
@@ -473,8 +656,8 @@ ALL: tuple[Requirement, ...] = (
     Requirement(
         "B9.2",
         "MUST NOT",
-        "At protocol 2025-11-25 a declared extension does not enable tasks: calls answer "
-        "inline and tasks/* are not served.",
+        "At protocol 2025-11-25 a declared extension enables nothing of it: no flat "
+        "CreateTaskResult, no tasks/update; only the 2025 flow (params.task) makes tasks there.",
         "B9 [SEP2663 §Backward Compatibility]",
     ),
     Requirement(
@@ -489,8 +672,6 @@ ALL: tuple[Requirement, ...] = (
         "Dual-stack servers keep serving tasks/get and tasks/cancel for tasks created under "
         "the legacy (2025-11-25) flow.",
         "B9 [SEP2663]",
-        deviation="Keel is not dual-stack: it never creates tasks under the 2025-11-25 flow "
-        "(tasks/* are gated to 2026-07-28, B9.2), so there are no such tasks to serve.",
     ),
     Requirement(
         "B9.5",
@@ -501,8 +682,8 @@ ALL: tuple[Requirement, ...] = (
     Requirement(
         "B9.6",
         "MUST NOT",
-        "Legacy tasks.* capabilities are never advertised (neither in server/discover nor in "
-        "a legacy initialize result).",
+        "Legacy tasks.* capabilities are never advertised under a version that has the "
+        "extension (server/discover); only a 2025-11-25 initialize result has them.",
         "B9 [SEP2663]",
     ),
     Requirement(

@@ -167,9 +167,11 @@ def build_server(
     options: dict[str, Any] = (
         {"token_verifier": TokenVerifier(), "auth": auth_settings()} if auth else {}
     )
+    tasks = TasksExtension(app, rate_limit_polls=rate_limit_polls)
     server: MCPServer[Any] = MCPServer(
         "keel-tests",
-        extensions=[TasksExtension(app, rate_limit_polls=rate_limit_polls)],
+        extensions=[tasks],
+        middleware=[tasks.middleware()],  # the 2025-11-25 tasks protocol
         lifespan=keel_lifespan(app, concurrency=4),
         **options,
     )
@@ -257,8 +259,9 @@ async def post(
 
 
 @asynccontextmanager
-async def serve_http(server: MCPServer[Any]) -> AsyncIterator[str]:
-    """Serve ``server`` over Streamable HTTP on 127.0.0.1 (JSON responses); yield its URL.
+async def serve_http(server: MCPServer[Any], *, json_response: bool = True) -> AsyncIterator[str]:
+    """Serve ``server`` over Streamable HTTP on 127.0.0.1 (JSON responses unless
+    ``json_response=False``: SSE); yield its URL.
 
     The listening socket is bound before uvicorn starts, so the port is known and
     nothing else can take it; the server is shut down when the block exits.
@@ -266,7 +269,7 @@ async def serve_http(server: MCPServer[Any]) -> AsyncIterator[str]:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = int(sock.getsockname()[1])
-    app = server.streamable_http_app(json_response=True, host="127.0.0.1")
+    app = server.streamable_http_app(json_response=json_response, host="127.0.0.1")
     config = uvicorn.Config(app, log_config=None, log_level="warning", lifespan="on")
     http = uvicorn.Server(config)
     stopped = anyio.Event()

@@ -18,7 +18,7 @@ from keel.mcp.client import TasksClientExtension as Tasks
 from keel.mcp.server import TasksExtension, keel_lifespan
 from keel.mcp.wire import TASKS_EXTENSION
 from keel.runtime import Keel
-from tasks_extension.support import get, post, serve_http, wait_for
+from tasks_extension.support import NOT_FOUND, get, post, serve_http, update, wait_for
 
 pytestmark = pytest.mark.anyio
 LEGACY_TASKS = {"tasks": {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}}
@@ -34,7 +34,8 @@ async def test_discover_advertises_the_extension_and_no_legacy_tasks_capability(
     mcp_server: MCPServer[Any],
 ) -> None:
     """server/discover lists the extension with an empty object as its settings, and no
-    legacy ``capabilities.tasks``; nor does a legacy initialize result."""
+    legacy ``capabilities.tasks``; a 2025-11-25 initialize result, where the extension
+    does not exist, has the 2025 ``tasks`` capability (the dual stack) and no extension."""
     async with serve_http(mcp_server) as url:
         discovered = await post(url, "server/discover", {})
     assert discovered.status == 200
@@ -43,7 +44,9 @@ async def test_discover_advertises_the_extension_and_no_legacy_tasks_capability(
     assert "tasks" not in capabilities
     async with Client(mcp_server, mode="legacy") as legacy:
         assert legacy.protocol_version == "2025-11-25"
-        assert legacy.server_capabilities.model_dump(exclude_none=True).get("tasks") is None
+        capabilities = legacy.server_capabilities.model_dump(exclude_none=True)
+        assert set(capabilities["tasks"]) == {"cancel", "requests"}
+        assert TASKS_EXTENSION not in (capabilities.get("extensions") or {})
 
 
 @pytest.mark.requirement("B1.2", "B1.7", "B9.1")
@@ -123,7 +126,8 @@ async def test_at_2025_11_25_a_declared_extension_enables_no_tasks(
     mcp_server: MCPServer[Any],
 ) -> None:
     """A legacy (initialize) client that declares the extension: the server sees the
-    declaration, yet answers task tools inline and does not serve tasks/*."""
+    declaration, yet answers task tools inline (no CreateTaskResult) and does not serve
+    the extension's tasks/update; tasks/get is the 2025-11-25 one (the dual stack)."""
     async with Client(mcp_server, mode="legacy", extensions=[advertise(TASKS_EXTENSION)]) as c:
         assert c.protocol_version == "2025-11-25"
         seen = await c.call_tool("declared", {})
@@ -131,9 +135,11 @@ async def test_at_2025_11_25_a_declared_extension_enables_no_tasks(
         result = await c.call_tool("quick", {"n": 4})
         assert result.structured_content == {"n": 8}
         with pytest.raises(MCPError) as info:
-            await get(c, "any-task")
+            await update(c, "any-task", {})
         assert info.value.code == -32601
-        assert "tasks" not in c.server_capabilities.model_dump(exclude_none=True)
+        with pytest.raises(MCPError) as info:
+            await get(c, "any-task")
+        assert (info.value.code, info.value.message) == (-32602, NOT_FOUND)
 
 
 @pytest.mark.requirement("B9.3")

@@ -23,6 +23,7 @@ from keel.mcp.client import (
     update_task,
 )
 from keel.mcp.server import TasksExtension, keel_lifespan
+from keel.mcp.wire import TASK_CANCELLED
 from keel.runtime import InputDeclined, Keel, TaskContext
 from keel.store import SqliteStore
 
@@ -161,6 +162,8 @@ async def until(client: Client, task_id: str, status: str) -> None:
 async def test_cancel_task_ends_a_running_task_and_resume_reports_it(
     server: MCPServer[Any],
 ) -> None:
+    """A cancelled task's call raises the same error a client without the extension gets
+    (TASK_CANCELLED), in the waiting call and in a later resume."""
     created: list[str] = []
     made = anyio.Event()
 
@@ -174,15 +177,17 @@ async def test_cancel_task_ends_a_running_task_and_resume_reports_it(
             async with anyio.create_task_group() as tg:
 
                 async def call() -> None:
-                    result = await client.call_tool("forever", {})
-                    assert result.is_error
-                    assert "cancelled" in result.content[0].text  # type: ignore[union-attr]
+                    with pytest.raises(MCPError) as raised:
+                        await client.call_tool("forever", {})
+                    assert raised.value.error.code == TASK_CANCELLED
+                    assert "cancelled" in raised.value.error.message
 
                 tg.start_soon(call)
                 await made.wait()
                 await cancel_task(client, created[0])
-            result = await resume(client, created[0])
-    assert result.is_error
+            with pytest.raises(MCPError) as raised:
+                await resume(client, created[0])
+    assert raised.value.error.code == TASK_CANCELLED
 
 
 async def test_cancel_on_exit_cancels_the_task_when_the_call_is_abandoned(

@@ -23,7 +23,7 @@ from tasks_extension.requirements import ALL, LEVELS, REQUIREMENTS, needing_test
 
 TESTS = Path(__file__).resolve().parents[1]
 ROOT = TESTS.parent
-ID = re.compile(r"^(B[1-9]\.[1-9][0-9]*|K[1-9][0-9]*)$")
+ID = re.compile(r"^(A(1[01]|[1-9])\.[1-9][0-9]*|B[1-9]\.[1-9][0-9]*|K[1-9][0-9]*)$")
 COLLECT = """
 import json, sys
 import pytest
@@ -81,7 +81,7 @@ def named(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]
 
 def test_the_manifest_is_well_formed() -> None:
     """Ids are unique and well formed, levels are the spec's words, paraphrases and
-    deviation reasons are written out, and every section B1-B9 has requirements."""
+    deviation reasons are written out, and every section B1-B9 and A1-A11 has requirements."""
     assert len(REQUIREMENTS) == len(ALL), "duplicate ids"
     for requirement in ALL:
         assert ID.match(requirement.id), requirement.id
@@ -93,6 +93,8 @@ def test_the_manifest_is_well_formed() -> None:
             assert requirement.failing is None, f"{requirement.id}: untested cannot fail"
     sections = {r.id.split(".")[0] for r in ALL if r.id.startswith("B")}
     assert sections == {f"B{n}" for n in range(1, 10)}
+    sections = {r.id.split(".")[0] for r in ALL if r.id.startswith("A")}
+    assert sections == {f"A{n}" for n in range(1, 12)}
 
 
 def test_every_tested_requirement_is_named_by_a_test(named: dict[str, dict[str, Any]]) -> None:

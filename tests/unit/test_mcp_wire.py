@@ -67,12 +67,9 @@ def test_completed_carries_the_tool_result_and_failed_the_error():
     """completed -> result (a CallToolResult with resultType "complete", isError
     included); failed -> error."""
     result = {"content": [{"type": "text", "text": "nope"}], "isError": True}
-    assert (
-        detailed_task(task(status=Status.COMPLETED, result=result), now=T0, poll_interval=1)[
-            "result"
-        ]
-        == {"resultType": "complete", **result}
-    )
+    assert detailed_task(task(status=Status.COMPLETED, result=result), now=T0, poll_interval=1)[
+        "result"
+    ] == {"resultType": "complete", **result}
     error = {"code": -32603, "message": "dead letter after 3 attempt(s): boom"}
     wire = detailed_task(task(status=Status.FAILED, error=error), now=T0, poll_interval=1)
     assert wire["error"] == error

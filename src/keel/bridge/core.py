@@ -22,7 +22,14 @@ from pathlib import Path
 
 from keel.bridge.errors import BridgeError
 from keel.bridge.generate import generate
-from keel.bridge.index import INDEX_FORMAT, IngestReport, TraceIndex, build_index, fingerprint
+from keel.bridge.index import (
+    INDEX_FORMAT,
+    IngestReport,
+    Progress,
+    TraceIndex,
+    build_index,
+    fingerprint,
+)
 from keel.bridge.settings import BridgeSettings
 from keel.bridge.sources import FileDeploys, JsonIncidents, OtlpJsonTraces
 from keel.errors import ConfigurationError
@@ -93,7 +100,9 @@ def _locked(data_dir: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def prepare(settings: BridgeSettings, *, log: Log = print) -> BridgePaths:
+def prepare(
+    settings: BridgeSettings, *, log: Log = print, progress: Progress | None = None
+) -> BridgePaths:
     """Make the Bridge's data ready: sample data if there is none, an up-to-date index.
 
     With no source configured and no dataset in ``data_dir``, the sample dataset (seed 7)
@@ -102,7 +111,8 @@ def prepare(settings: BridgeSettings, *, log: Log = print) -> BridgePaths:
 
     Raises:
         ConfigurationError: a configured source that does not exist.
-        MalformedSource: a trace file that is not OTLP/JSON (the old index is kept).
+        MalformedSource: an incidents, deploys or trace file that cannot be read (names the
+            file and line; the old index is kept).
     """
     incidents, deploys, traces = _sources(settings)
     index_path = settings.data_dir / INDEX_FILE
@@ -114,6 +124,10 @@ def prepare(settings: BridgeSettings, *, log: Log = print) -> BridgePaths:
         for what, path in (("incidents", incidents), ("deploys", deploys)):
             if not path.exists():
                 raise ConfigurationError(f"Bridge {what} file {path} does not exist")
+        # Read both now: a file the diagnosis could not read is refused here, by `keel
+        # bridge ingest` and `keel serve --check`, not at the first diagnosis.
+        JsonIncidents(incidents).all()
+        FileDeploys(deploys).all()
         source = OtlpJsonTraces(traces)
         files = source.files()
         index = TraceIndex(index_path)
@@ -121,10 +135,12 @@ def prepare(settings: BridgeSettings, *, log: Log = print) -> BridgePaths:
         report: IngestReport | None = None
         if current != fingerprint(files):
             log(f"indexing {len(files)} trace files into {index_path} …")
-            report = build_index(files, index_path, read=source.read)
+            report = build_index(files, index_path, read=source.read, progress=progress)
+            dropped = f"; {report.duplicates:,} duplicate spans dropped" * bool(report.duplicates)
             log(
                 f"indexed {report.spans:,} spans in {report.seconds:.1f}s "
                 f"({report.spans_per_second:,.0f} spans/s, {report.mib_per_second:.1f} MiB/s)"
+                f"{dropped}"
             )
         spans = int(index.meta().get("spans", "0"))
     return BridgePaths(

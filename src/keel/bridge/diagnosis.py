@@ -1,73 +1,77 @@
 """The root-cause diagnosis, phase by phase: each phase is a plain function from JSON to
 JSON, so the durable task can checkpoint it (``ctx.step``) and tests can run it directly.
 
-Method (see docs/bridge.md):
+Method (docs/bridge.md has the long version):
 
 1. **load-incident**: the incident, and the services the index knows.
 2. **detect-onset**: the first minute (in the 20 before the incident was opened) from
-   which the symptomatic service's error rate or median latency stays above what its
-   previous 40 minutes allow (mean + 4 standard deviations of its per-minute values).
-   The *baseline* window is the 28 minutes ending 2 minutes before the onset; the
-   *during* window the 10 minutes from it.
-3. **collect-spans**: per service, both windows' span counts, errors, latency
-   percentiles, and exemplar spans (errors first, then the slowest).
-4. **build-call-graph**: caller -> callee edges (a span's service -> its children's).
-5. **score-services**: a service is anomalous when its error rate rose by >= 2 points
-   and >= 4 standard errors, or its median latency rose >= 35 % (and >= 5 ms).
-6. **walk-dependencies**: from the symptomatic service along anomalous callees to the
-   deepest anomalous services (anomalous, with no anomalous callee): the suspects.
-7. **correlate-deploys**: deploys and config changes from 60 minutes before the onset to
-   2 minutes after, weighted by how close they are and where their service is (a
-   suspect, upstream of one, or not anomalous at all).
-8. **rank-hypotheses**: a change on a suspect explains it best; a suspect with no change
-   is saturation (latency) or a failure of its own; changes elsewhere are alternatives.
-   Every claim carries citations (incident, span and deploy ids) that the plain tools
-   resolve.
+   which the symptomatic service's own spans leave their usual range (error rate, or
+   median latency); the *baseline* window is the 28 minutes ending 2 minutes before it,
+   the *during* window the 10 minutes from it.
+3. **collect-evidence**: every request of the symptomatic service in both windows, with
+   its whole trace: the exclusive time of each span charged to its service, or to the
+   dependency (database, queue, cache, external API) a client span calls; each failed
+   request blamed on where its failure started (``keel.bridge.evidence``).
+4. **score-suspects**: for every service and dependency, how much of the symptom's
+   change (extra failures, extra time per request) its own change accounts for, and how
+   sure that change is (z against the baseline's request-to-request variation).
+5. **correlate-changes**: deploys and configuration changes before the onset, each
+   related to the suspects it could explain (its own service, or a dependency its
+   service calls), weighted by how plausibly its timing explains the onset (slow leaks
+   included: up to 90 minutes).
+6. **rank-hypotheses**: a change of a suspect explains it best; a suspect with no
+   change failed on its own; a change with no anomaly on or below its service raises
+   nothing. The confidence is the top cause's share of the evidence against its best
+   rival; when the symptom did not change, or nothing accounts for it, the answer is
+   "no clear cause", with what was checked. Every claim cites ids (incident, spans,
+   deploys) that the plain tools resolve.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from keel.bridge.core import Bridge
 from keel.bridge.errors import UnknownService
+from keel.bridge.evidence import DEPENDENCY, charge_requests
 from keel.bridge.records import NS_PER_MINUTE, format_time, parse_time
+from keel.bridge.report import Citations, keep_cited, render, when
 
 __all__ = [
     "PHASES",
-    "build_call_graph",
-    "collect_spans",
-    "correlate_deploys",
+    "PIPELINE",
+    "check_service",
+    "collect_evidence",
+    "correlate_changes",
     "detect_onset",
     "load_incident",
     "rank_hypotheses",
+    "render",
     "run_diagnosis",
-    "score_services",
-    "walk_dependencies",
+    "score_suspects",
 ]
 
-PHASES = (
-    ("load-incident", "loading the incident"),
-    ("detect-onset", "finding the onset"),
-    ("collect-spans", "collecting spans before and during"),
-    ("build-call-graph", "building the call graph"),
-    ("score-services", "scoring services against the baseline"),
-    ("walk-dependencies", "walking to the deepest anomalous dependency"),
-    ("correlate-deploys", "correlating deploys before the onset"),
-    ("rank-hypotheses", "ranking hypotheses"),
-)
 LOOKBACK = 20  # minutes before the incident was opened where the onset is looked for
 REFERENCE = 40  # minutes before that whose per-minute values set the onset threshold
 BASELINE = 28  # minutes of baseline, ending GAP before the onset
 GAP = 2  # minutes left out between baseline and onset
 DURING = 10  # minutes analysed from the onset
-DEPLOY_BEFORE = 60  # minutes before the onset in which changes are considered
-DEPLOY_AFTER = 5  # minutes after the detected onset still considered (it is +-2 min)
-MIN_SPANS = 10  # spans a service needs in a window to be scored
-EXEMPLARS = 3
+CHANGES_BEFORE = 90  # minutes before the onset in which changes are considered (leaks)
+CHANGES_AFTER = 3  # minutes after the detected onset still considered (it is +-1 min)
+LEAK_SCALE = 45.0  # minutes: how fast a change's timing stops explaining an onset
+MIN_REQUESTS = 20  # requests a window needs for the comparison to mean anything
+SURE = 3.0  # z a suspect's change must reach to count
+SYMPTOM_SURE = 2.5  # z the symptom's change must reach (the incident itself is evidence)
+SHARP = 4.0  # z of one entity's change that shows the symptom changed, whatever its totals
+MIN_SHARE = 0.15  # share of the symptom's change a suspect must account for
+OWN = 0.7  # weight of "the suspect failed on its own" against a change that explains it
+RELATIONS = {"own": 1.0, "caller": 0.45, "upstream": 0.15}
+"""How well a change of a service explains an anomaly: on the service itself; on a
+dependency or service it calls directly; further below it."""
 
 Json = dict[str, Any]
 
@@ -92,12 +96,13 @@ def check_service(service: str, services: Sequence[str]) -> str:
 
 
 def _minute_values(bridge: Bridge, service: str, first: int, last: int) -> dict[int, list[float]]:
-    """Per minute in [first, last): [error rate, median ms, spans]."""
+    """Per minute in [first, last): [error rate, median ms, spans] of the service's own
+    spans (not its calls to others)."""
     out: dict[int, list[float]] = {
         minute: [errors / count, 0.0, float(count)]
         for minute, count, errors, _ in bridge.index.minutes(service, first, last)
+        if count
     }
-    # Medians need the spans (the minute aggregates keep sums, not distributions).
     by_minute: dict[int, list[int]] = {}
     for start, end in bridge.index.span_times(service, first * NS_PER_MINUTE, last * NS_PER_MINUTE):
         by_minute.setdefault(start // NS_PER_MINUTE, []).append(end - start)
@@ -112,6 +117,7 @@ def detect_onset(bridge: Bridge, incident: Mapping[str, Any], service: str) -> J
     opened = parse_time(incident["opened_at"], "opened_at") // NS_PER_MINUTE
     first = opened - LOOKBACK - REFERENCE
     onset, how = _onset_of(bridge, service, first, opened)
+    found = onset is not None
     if onset is None:
         onset, how = opened - 5, "no sustained change on the service; assumed 5 minutes before"
     baseline = [(onset - GAP - BASELINE) * NS_PER_MINUTE, (onset - GAP) * NS_PER_MINUTE]
@@ -120,6 +126,7 @@ def detect_onset(bridge: Bridge, incident: Mapping[str, Any], service: str) -> J
         "service": service,
         "onset": format_time(onset * NS_PER_MINUTE),
         "onset_ns": onset * NS_PER_MINUTE,
+        "onset_found": found,
         "how": how,
         "baseline": baseline,
         "during": during,
@@ -166,405 +173,297 @@ def _onset_of(bridge: Bridge, service: str, first: int, opened: int) -> tuple[in
     for minute in range(opened - LOOKBACK, opened + 1):
         for name, test in (("error rate", errors_up), ("latency", slower)):
             if test(minute) and test(minute + 1):
-                when = format_time(minute * NS_PER_MINUTE)
-                return minute, f"the {name} of {service} left its usual range at {when}"
+                when_ = format_time(minute * NS_PER_MINUTE)
+                return minute, f"the {name} of {service} left its usual range at {when_}"
     return None, "no sustained change"
 
 
-# --- 3. collect-spans ------------------------------------------------------------------
+# --- 3. collect-evidence ---------------------------------------------------------------
 
 
-def _summary(durations: list[int], errors: int) -> Json:
-    ordered = sorted(durations)
-    n = len(ordered)
-    logs = [math.log(max(d, 1)) for d in ordered]
+def collect_evidence(bridge: Bridge, windows: Mapping[str, Any], services: Sequence[str]) -> Json:
+    """The symptom's requests in both windows, charged to services and dependencies."""
+    symptom = windows["service"]
+    baseline, during = (tuple(windows[name]) for name in ("baseline", "during"))
+    rows, share = bridge.index.scoped_spans(symptom, baseline[0], during[1])
+    before, now = charge_requests(rows, symptom, [baseline, during], services)
+    kinds = {name: c.kind for ev in (before, now) for name, c in ev.entities.items()}
+    callers: dict[str, set[str]] = {}
+    for caller, callee in before.edges | now.edges:
+        callers.setdefault(callee, set()).add(caller)
     return {
-        "log_sd": statistics.pstdev(logs) if n > 1 else 0.0,
-        "spans": n,
-        "errors": errors,
-        "error_rate": errors / n if n else 0.0,
-        "p50_ms": ordered[n // 2] / 1e6 if n else 0.0,
-        "p95_ms": ordered[min(n - 1, (n * 95) // 100)] / 1e6 if n else 0.0,
+        "sampled": round(share, 4),
+        "baseline": before.to_json(),
+        "during": now.to_json(),
+        "kinds": dict(sorted(kinds.items())),
+        "callers": {name: sorted(c) for name, c in sorted(callers.items())},
+        "exemplars": {
+            name: [
+                {"trace_id": t, "span_id": s, "duration_ms": round(d, 3), "error": e}
+                for _rank, t, s, d, e in charges.exemplars
+            ]
+            for name, charges in sorted(now.entities.items())
+        },
     }
 
 
-def collect_spans(bridge: Bridge, windows: Mapping[str, Any], services: Sequence[str]) -> Json:
-    """Per service, a summary of its spans in the baseline and during windows."""
-    base = bridge.index.window(services, *windows["baseline"], exemplars=0)
-    now = bridge.index.window(services, *windows["during"], exemplars=EXEMPLARS)
-    out: Json = {}
-    for service in services:
-        entry: Json = {}
-        if service in base:
-            entry["baseline"] = _summary(base[service].durations_ns, base[service].errors)
-        if service in now:
-            w = now[service]
-            entry["during"] = _summary(w.durations_ns, w.errors)
-            entry["exemplars"] = [
-                {"trace_id": t, "span_id": s, "duration_ms": round(d / 1e6, 3), "error": bool(e)}
-                for t, s, d, e in w.exemplars
-            ]
-        if entry:
-            out[service] = entry
+# --- 4. score-suspects -----------------------------------------------------------------
+
+
+def _z_rate(p1: float, n1: int, p0: float, n0: int, floor: float) -> float:
+    pooled = max((p1 * n1 + p0 * n0) / (n1 + n0), floor)
+    return (p1 - p0) / math.sqrt(pooled * (1 - pooled) * (1 / n1 + 1 / n0))
+
+
+def _z_mean(now: tuple[float, float, int], before: tuple[float, float, int]) -> float:
+    """Welch's z of a mean (mean, sd, n) against an earlier one."""
+    (m1, s1, n1), (m0, s0, n0) = now, before
+    se = math.sqrt(s1 * s1 / n1 + s0 * s0 / n0)
+    return (m1 - m0) / se if se > 0 else 0.0
+
+
+def score_suspects(evidence: Mapping[str, Any]) -> Json:
+    """How the symptom changed, and how much of that each service and dependency accounts
+    for (``share``, 0..1) and how sure its own change is (``z``)."""
+    before, now = evidence["baseline"], evidence["during"]
+    n0, n1 = before["requests"], now["requests"]
+    if n0 < MIN_REQUESTS or n1 < MIN_REQUESTS:
+        return {"symptom": {"changed": False, "why": "too few requests to compare"}, "suspects": {}}
+    d_err = now["error_rate"] - before["error_rate"]
+    z_err = _z_rate(now["error_rate"], n1, before["error_rate"], n0, 0.002)
+    d_ms = now["ms_per_request"] - before["ms_per_request"]
+    z_ms = _z_mean((*_ms(now), n1), (*_ms(before), n0))
+    blame_z, time_z = _sharpest(before, now)
+    # The symptom's own totals carry every entity's noise; one entity's sharp change is
+    # stronger evidence that the symptom changed than the totals can be.
+    errors_rose = d_err >= 0.005 and max(z_err, blame_z * SYMPTOM_SURE / SHARP) >= SYMPTOM_SURE
+    slower = d_ms > 0.1 * before["ms_per_request"] and (
+        max(z_ms, time_z * SYMPTOM_SURE / SHARP) >= SYMPTOM_SURE
+    )
+    symptom = {
+        "changed": errors_rose or slower,
+        "error_rate": [round(before["error_rate"], 5), round(now["error_rate"], 5)],
+        "ms_per_request": [round(before["ms_per_request"], 3), round(now["ms_per_request"], 3)],
+        "error_z": round(z_err, 2),
+        "latency_z": round(z_ms, 2),
+        "errors_rose": errors_rose,
+        "slower": slower,
+    }
+    suspects: Json = {}
+    for name, during in now["entities"].items():
+        base = before["entities"].get(name, {"ms_per_request": 0.0, "sd_ms": 0.0, "blamed": 0})
+        b0, b1 = base["blamed"] / n0, during["blamed"] / n1
+        t0, t1 = base["ms_per_request"], during["ms_per_request"]
+        z_blame, z_time = _entity_z(before, now, name)
+        error_share = (b1 - b0) / d_err if errors_rose and z_blame >= SURE else 0.0
+        time_share = (t1 - t0) / d_ms if slower and z_time >= SURE else 0.0
+        share = min(1.0, max(error_share, time_share, 0.0))
+        if share < MIN_SHARE:
+            continue
+        suspects[name] = {
+            "kind": evidence["kinds"].get(name, "service"),
+            "share": round(share, 4),
+            "error_share": round(min(1.0, max(0.0, error_share)), 4),
+            "time_share": round(min(1.0, max(0.0, time_share)), 4),
+            "blamed_rate": [round(b0, 5), round(b1, 5)],
+            "blame_z": round(z_blame, 2),
+            "ms_per_request": [round(t0, 3), round(t1, 3)],
+            "time_z": round(z_time, 2),
+            "signals": _signals(name, (b0, b1, error_share), (t0, t1, time_share)),
+        }
+    return {"symptom": symptom, "suspects": dict(sorted(suspects.items()))}
+
+
+def _entity_z(before: Mapping[str, Any], now: Mapping[str, Any], name: str) -> tuple[float, float]:
+    """(blame z, time z) of one entity's change between the windows."""
+    n0, n1 = before["requests"], now["requests"]
+    during = now["entities"][name]
+    base = before["entities"].get(name, {"ms_per_request": 0.0, "sd_ms": 0.0, "blamed": 0})
+    z_blame = _z_rate(during["blamed"] / n1, n1, base["blamed"] / n0, n0, 0.002)
+    z_time = _z_mean(
+        (during["ms_per_request"], during["sd_ms"], n1), (base["ms_per_request"], base["sd_ms"], n0)
+    )
+    return z_blame, z_time
+
+
+def _sharpest(before: Mapping[str, Any], now: Mapping[str, Any]) -> tuple[float, float]:
+    """The largest blame z and time z of any one entity."""
+    zs = [_entity_z(before, now, name) for name in now["entities"]]
+    return max((z[0] for z in zs), default=0.0), max((z[1] for z in zs), default=0.0)
+
+
+def _ms(window: Mapping[str, Any]) -> tuple[float, float]:
+    return window["ms_per_request"], window["sd_ms"]
+
+
+def _signals(
+    name: str, blame: tuple[float, float, float], time: tuple[float, float, float]
+) -> list[str]:
+    (b0, b1, error_share), (t0, t1, time_share) = blame, time
+    out = []
+    if error_share > 0:
+        out.append(f"failures starting in {name}: {b0:.1%} -> {b1:.1%} of requests")
+    if time_share > 0:
+        out.append(f"time spent in {name}: {t0:.1f} -> {t1:.1f} ms per request")
     return out
 
 
-# --- 4. build-call-graph ---------------------------------------------------------------
+# --- 5. correlate-changes --------------------------------------------------------------
 
 
-def build_call_graph(bridge: Bridge, windows: Mapping[str, Any], services: Sequence[str]) -> Json:
-    """Caller -> callee edges seen in either window, with call counts."""
-    calls: dict[tuple[str, str], int] = {}
-    for name in ("baseline", "during"):
-        for caller, callee, count, _errors in bridge.index.callers(services, *windows[name]):
-            calls[(caller, callee)] = calls.get((caller, callee), 0) + count
-    return {"edges": [[a, b, n] for (a, b), n in sorted(calls.items())]}
+def _timing(minutes_before: float) -> float:
+    """How plausibly a change this long before the onset explains it (0..1)."""
+    if minutes_before >= 0:
+        return math.exp(-minutes_before / LEAK_SCALE)
+    return 0.8 * math.exp(minutes_before / 1.5)  # after the onset: only its uncertainty
 
 
-# --- 5. score-services -----------------------------------------------------------------
-
-
-def score_services(stats: Mapping[str, Any]) -> Json:
-    """How far each service moved from its baseline, and whether that is an anomaly."""
-    scores: Json = {}
-    for service, entry in sorted(stats.items()):
-        before, during = entry.get("baseline"), entry.get("during")
-        if not before or not during or before["spans"] < MIN_SPANS or during["spans"] < MIN_SPANS:
-            continue
-        p0, p1, n1 = before["error_rate"], during["error_rate"], during["spans"]
-        floor = max(p0, 0.01)  # a quiet baseline must not make two errors look alarming
-        z = (p1 - p0) / math.sqrt(floor * (1 - floor) / n1)
-        error_up = p1 - p0 >= 0.02 and z >= 4 and during["errors"] >= 3
-        ratio = during["p50_ms"] / before["p50_ms"] if before["p50_ms"] > 0 else 1.0
-        p95_ratio = during["p95_ms"] / before["p95_ms"] if before["p95_ms"] > 0 else 1.0
-        # The median's standard error is ~1.25 sd/sqrt(n) (on log durations).
-        se = 1.2533 * math.sqrt(
-            before["log_sd"] ** 2 / before["spans"] + during["log_sd"] ** 2 / n1
-        )
-        latency_z = math.log(ratio) / se if se > 0 and ratio > 0 else 0.0
-        slower = ratio >= 1.3 and latency_z >= 4 and during["p50_ms"] - before["p50_ms"] >= 2
-        signals = []
-        if error_up:
-            signals.append(f"error rate {p0:.1%} -> {p1:.1%}")
-        if slower:
-            signals.append(f"median latency {before['p50_ms']:.0f} -> {during['p50_ms']:.0f} ms")
-        score = (100 * (p1 - p0) if error_up else 0.0) + (20 * math.log2(ratio) if slower else 0.0)
-        scores[service] = {
-            "anomalous": bool(signals),
-            "score": round(score, 3),
-            "signals": signals,
-            "error_rate_before": round(p0, 5),
-            "error_rate_during": round(p1, 5),
-            "error_z": round(z, 2),
-            "p50_before_ms": round(before["p50_ms"], 3),
-            "p50_during_ms": round(during["p50_ms"], 3),
-            "p50_ratio": round(ratio, 3),
-            "p95_ratio": round(p95_ratio, 3),
-            "latency_z": round(latency_z, 2),
-            "spans_during": n1,
-        }
-    return scores
-
-
-# --- 6. walk-dependencies --------------------------------------------------------------
-
-
-def walk_dependencies(graph: Mapping[str, Any], scores: Mapping[str, Any], service: str) -> Json:
-    """From ``service`` to the deepest anomalous dependencies (the suspects)."""
-    callees: dict[str, list[str]] = {}
-    for caller, callee, _n in graph["edges"]:
-        callees.setdefault(caller, []).append(callee)
-
-    def anomalous(name: str) -> bool:
-        return bool(scores.get(name, {}).get("anomalous"))
-
-    def leaf(name: str) -> bool:
-        return not any(anomalous(c) for c in callees.get(name, []))
-
-    symptom_anomalous = anomalous(service)
-    paths: dict[str, list[str]] = {}
-    if symptom_anomalous:
-        queue, seen = [[service]], {service}
-        while queue:
-            path = queue.pop(0)
-            here = path[-1]
-            if leaf(here):
-                paths.setdefault(here, path)
-            for callee in sorted(callees.get(here, [])):
-                if anomalous(callee) and callee not in seen:
-                    seen.add(callee)
-                    queue.append([*path, callee])
-    else:
-        # The named service looks healthy: consider every anomalous service's roots.
-        for name in sorted(scores):
-            if anomalous(name) and leaf(name):
-                paths[name] = [name]
-    suspects = sorted(paths, key=lambda s: (-scores[s]["score"], -len(paths[s]), s))
-    return {
-        "symptom_anomalous": symptom_anomalous,
-        "suspects": [{"service": s, "path": paths[s]} for s in suspects],
-    }
-
-
-# --- 7. correlate-deploys --------------------------------------------------------------
-
-
-def _upstream(graph: Mapping[str, Any], service: str) -> set[str]:
-    callers: dict[str, set[str]] = {}
-    for caller, callee, _n in graph["edges"]:
-        callers.setdefault(callee, set()).add(caller)
-    found: set[str] = set()
-    todo = [service]
+def _relation(service: str, suspect: str, callers: Mapping[str, Sequence[str]]) -> str | None:
+    """How a change of ``service`` could explain an anomaly of ``suspect``, if at all."""
+    if service == suspect:
+        return "own"
+    if service in callers.get(suspect, ()):
+        return "caller"
+    seen, todo = set(), list(callers.get(suspect, ()))
     while todo:
-        for caller in callers.get(todo.pop(), set()):
-            if caller not in found:
-                found.add(caller)
-                todo.append(caller)
-    return found
+        above = todo.pop()
+        if above == service:
+            return "upstream"
+        if above not in seen:
+            seen.add(above)
+            todo.extend(callers.get(above, ()))
+    return None
 
 
-def correlate_deploys(
-    bridge: Bridge,
-    onset_ns: int,
-    walk: Mapping[str, Any],
-    scores: Mapping[str, Any],
-    graph: Mapping[str, Any],
+def correlate_changes(
+    bridge: Bridge, windows: Mapping[str, Any], scores: Mapping[str, Any], evidence: Json
 ) -> Json:
-    """The changes shortly before the onset, each weighted by timing and service."""
-    first = onset_ns - DEPLOY_BEFORE * NS_PER_MINUTE
-    last = onset_ns + DEPLOY_AFTER * NS_PER_MINUTE
-    suspects = [s["service"] for s in walk["suspects"]]
-    upstream = set().union(*(_upstream(graph, s) for s in suspects)) if suspects else set()
+    """The changes before the onset, each with the suspects it could explain."""
+    onset = windows["onset_ns"]
+    first = onset - CHANGES_BEFORE * NS_PER_MINUTE
+    last = onset + CHANGES_AFTER * NS_PER_MINUTE
     out = []
     for deploy in bridge.deploys.all():
         if not first <= deploy.deployed_at <= last:
             continue
-        minutes = (onset_ns - deploy.deployed_at) / NS_PER_MINUTE
-        # After the detected onset: only the onset's own uncertainty can excuse it.
-        proximity = math.exp(-minutes / 20) if minutes >= 0 else 0.8 * math.exp(minutes / 3)
-        if deploy.service in suspects:
-            relation, weight = "suspect", 1.0
-        elif deploy.service in upstream and scores.get(deploy.service, {}).get("anomalous"):
-            relation, weight = "upstream of a suspect", 0.35
-        elif scores.get(deploy.service, {}).get("anomalous"):
-            relation, weight = "anomalous", 0.25
-        else:
-            relation, weight = "not anomalous", 0.05
+        minutes = (onset - deploy.deployed_at) / NS_PER_MINUTE
+        explains = {
+            suspect: relation
+            for suspect in scores["suspects"]
+            if (relation := _relation(deploy.service, suspect, evidence["callers"]))
+        }
         out.append(
             {
                 "deploy": deploy.to_json(),
-                "minutes_before_onset": round((onset_ns - deploy.deployed_at) / NS_PER_MINUTE, 2),
-                "relation": relation,
-                "proximity": round(proximity, 4),
-                "weight": weight,
+                "minutes_before_onset": round(minutes, 2),
+                "timing": round(_timing(minutes), 4),
+                "explains": explains,
             }
         )
-    return {"window": [format_time(first), format_time(last)], "deploys": out}
+    return {"window": [format_time(first), format_time(last)], "changes": out}
 
 
-# --- 8. rank-hypotheses ----------------------------------------------------------------
+# --- 6. rank-hypotheses ----------------------------------------------------------------
 
 
-class _Citations:
-    """Numbered citations, each with the tool call that resolves it."""
+def _own_kind(suspect: Mapping[str, Any]) -> str:
+    if suspect["kind"] == DEPENDENCY:
+        return "dependency"
+    # Slower (and maybe failing by timeouts): saturated; failing at its usual speed: broken.
+    return "saturation" if suspect["time_share"] > 0 else "degradation"
 
-    def __init__(self) -> None:
-        self.items: list[Json] = []
-        self._by_key: dict[str, str] = {}
 
-    def add(self, kind: str, ref: str, tool: str, arguments: Json, note: str) -> str:
-        key = f"{kind}:{ref}"
-        if key not in self._by_key:
-            cid = f"C{len(self.items) + 1}"
-            self._by_key[key] = cid
-            self.items.append(
-                {
-                    "id": cid,
-                    "kind": kind,
-                    "ref": ref,
-                    "tool": tool,
-                    "arguments": arguments,
-                    "note": note,
-                }
-            )
-        return self._by_key[key]
-
-    def incident(self, incident_id: str) -> str:
-        return self.add(
-            "incident", incident_id, "get_incident", {"incident_id": incident_id}, "the incident"
+def _hypotheses(scores: Mapping[str, Any], changes: Mapping[str, Any]) -> list[Json]:
+    """Every hypothesis with its score, best first (no citations yet)."""
+    suspects = scores["suspects"]
+    out: list[Json] = []
+    for name, suspect in suspects.items():
+        out.append(
+            {
+                "kind": _own_kind(suspect),
+                "service": name,
+                "deploy_id": None,
+                "score": OWN * suspect["share"],
+                "suspect": name,
+                "change": None,
+            }
         )
-
-    def deploy(self, deploy: Mapping[str, Any]) -> str:
-        return self.add(
-            "deploy",
-            deploy["id"],
-            "list_deploys",
-            {"deploy_id": deploy["id"]},
-            f"{deploy['kind']} change of {deploy['service']} at {deploy['deployed_at']}",
+    for change in changes["changes"]:
+        best = max(
+            (
+                (suspects[s]["share"] * RELATIONS[rel], s, rel)
+                for s, rel in change["explains"].items()
+            ),
+            default=None,
         )
-
-    def span(self, service: str, exemplar: Mapping[str, Any]) -> str:
-        state = "failed" if exemplar["error"] else "slow"
-        return self.add(
-            "span",
-            f"{exemplar['trace_id']}/{exemplar['span_id']}",
-            "search_traces",
-            {"trace_id": exemplar["trace_id"], "span_id": exemplar["span_id"]},
-            f"a {state} {service} span ({exemplar['duration_ms']:.0f} ms) during the incident",
+        if best is None:
+            continue  # no anomaly on or below its service: it explains nothing
+        weight, suspect, _rel = best
+        deploy = change["deploy"]
+        out.append(
+            {
+                "kind": "config_change" if deploy["kind"] == "config" else "bad_deploy",
+                "service": deploy["service"],
+                "deploy_id": deploy["id"],
+                "score": weight * (0.55 + 0.65 * change["timing"]),
+                "suspect": suspect,
+                "change": change,
+            }
         )
-
-    def window(self, service: str, window: Sequence[int], name: str) -> str:
-        start, end = format_time(window[0]), format_time(window[1])
-        return self.add(
-            "query",
-            f"{service}@{start}..{end}",
-            "search_traces",
-            {"service": service, "start": start, "end": end},
-            f"{service}'s spans in the {name} window",
-        )
+    out.sort(key=lambda h: (-h["score"], h["service"], h["deploy_id"] or ""))
+    return out
 
 
-def _evidence(
-    cites: _Citations,
-    service: str,
-    scores: Mapping[str, Any],
-    stats: Mapping[str, Any],
-    windows: Mapping[str, Any],
-) -> Json:
-    score = scores[service]
-    ids = [cites.span(service, e) for e in stats.get(service, {}).get("exemplars", [])[:2]]
-    ids.append(cites.window(service, windows["baseline"], "baseline"))
-    ids.append(cites.window(service, windows["during"], "during"))
-    return {
-        "text": f"{service}: {'; '.join(score['signals'])} (baseline vs. during)",
-        "citations": ids,
-    }
+def _confidence(ranked: Sequence[Json], symptom: Mapping[str, Any]) -> float:
+    """The top cause's share of the evidence against its best rival (another cause)."""
+    top = ranked[0]
+    rival: float = next((h["score"] for h in ranked[1:] if h["service"] != top["service"]), 0.0)
+    score: float = top["score"]
+    quality = min(1.0, score / OWN)  # how much of the symptom the top accounts for
+    sure = min(1.0, max(abs(float(symptom["error_z"])), abs(float(symptom["latency_z"]))) / 8)
+    value = quality * score / (score + rival + 0.05) * (0.6 + 0.4 * sure)
+    return round(min(0.95, max(0.05, value)), 2)
 
 
-def rank_hypotheses(  # noqa: PLR0917 - ctx.step passes a phase's inputs positionally
+def rank_hypotheses(
     incident: Mapping[str, Any],
-    symptom: str,
     windows: Mapping[str, Any],
-    stats: Mapping[str, Any],
+    evidence: Mapping[str, Any],
     scores: Mapping[str, Any],
-    walk: Mapping[str, Any],
     changes: Mapping[str, Any],
 ) -> Json:
     """The ranked hypotheses, the conclusion and its confidence, with citations."""
-    cites = _Citations()
+    symptom = windows["service"]
+    cites = Citations()
     incident_cite = cites.incident(incident["id"])
-    suspects = walk["suspects"][:3]
-    top_score = max((scores[s["service"]]["score"] for s in suspects), default=1.0) or 1.0
-    hypotheses: list[Json] = []
-    explained: set[str] = set()
-    for suspect in suspects:
-        service, path = suspect["service"], suspect["path"]
-        strength = scores[service]["score"] / top_score
-        claims = [_evidence(cites, service, scores, stats, windows)]
-        if len(path) > 1:
-            claims.append(
-                {
-                    "text": "anomalous call path: " + " -> ".join(path),
-                    "citations": [
-                        cites.span(s, stats[s]["exemplars"][0])
-                        for s in path
-                        if stats.get(s, {}).get("exemplars")
-                    ],
-                }
-            )
-        own = [c for c in changes["deploys"] if c["deploy"]["service"] == service]
-        for change in sorted(own, key=lambda c: (-c["proximity"], c["deploy"]["id"])):
-            deploy = change["deploy"]
-            explained.add(deploy["id"])
-            kind = "config_change" if deploy["kind"] == "config" else "bad_deploy"
-            what = "configuration change" if kind == "config_change" else "deploy"
-            hypotheses.append(
-                {
-                    "kind": kind,
-                    "service": service,
-                    "deploy_id": deploy["id"],
-                    "score": round(strength * (0.5 + 0.5 * change["proximity"]), 4),
-                    "summary": (
-                        f"{what} {deploy['id']} of {service} ({deploy['summary']!r}, "
-                        f"{_when(change['minutes_before_onset'])})"
-                    ),
-                    "claims": [
-                        {
-                            "text": f"{deploy['id']} changed {service} at {deploy['deployed_at']}, "
-                            f"{_when(change['minutes_before_onset'])}",
-                            "citations": [cites.deploy(deploy)],
-                        },
-                        *claims,
-                    ],
-                }
-            )
-        latency = any(sig.startswith("median latency") for sig in scores[service]["signals"])
-        kind = "saturation" if latency else "degradation"
-        label = "saturated (slower, with timeouts)" if latency else "failing on its own"
-        hypotheses.append(
-            {
-                "kind": kind,
-                "service": service,
-                "deploy_id": None,
-                "score": round(strength * (0.55 if not own else 0.3), 4),
-                "summary": f"{service} {label}, with no change of it before the onset",
-                "claims": claims,
-            }
-        )
-    for change in changes["deploys"]:
-        deploy = change["deploy"]
-        if deploy["id"] in explained or change["minutes_before_onset"] < -DEPLOY_AFTER:
-            continue
-        kind = "config_change" if deploy["kind"] == "config" else "bad_deploy"
-        hypotheses.append(
-            {
-                "kind": kind,
-                "service": deploy["service"],
-                "deploy_id": deploy["id"],
-                "score": round(0.5 * change["weight"] * change["proximity"], 4),
-                "summary": (
-                    f"{deploy['kind']} change {deploy['id']} of {deploy['service']} "
-                    f"({change['relation']}), "
-                    f"{_when(change['minutes_before_onset'])}"
-                ),
-                "claims": [
-                    {
-                        "text": f"{deploy['id']} changed {deploy['service']} at "
-                        f"{deploy['deployed_at']}; {deploy['service']} is {change['relation']}",
-                        "citations": [cites.deploy(deploy)],
-                    }
-                ],
-            }
-        )
-    hypotheses.sort(key=lambda h: (-h["score"], h["service"], h["deploy_id"] or ""))
-    hypotheses = hypotheses[:6]
-    for rank, hypothesis in enumerate(hypotheses, 1):
-        hypothesis["rank"] = rank
-    onset = windows["onset"]
-    if hypotheses:
-        top = hypotheses[0]
-        second = hypotheses[1]["score"] if len(hypotheses) > 1 else 0.0
-        confidence = top["score"] / (top["score"] + second) if top["score"] > 0 else 0.0
-        if not walk["symptom_anomalous"]:
-            confidence *= 0.6
-        confidence = round(min(0.99, max(0.05, confidence)), 2)
+    ranked = _hypotheses(scores, changes) if scores["symptom"]["changed"] else []
+    distinct: list[Json] = []
+    for hypothesis in ranked:
+        if len(distinct) < 6 and all(
+            (h["service"], h["deploy_id"]) != (hypothesis["service"], hypothesis["deploy_id"])
+            for h in distinct
+        ):
+            distinct.append(hypothesis)
+    hypotheses = [
+        _told(h, rank, cites, windows, evidence, scores) for rank, h in enumerate(distinct, 1)
+    ]
+    top = hypotheses[0] if hypotheses else None
+    if top is not None:
+        confidence = _confidence(distinct, scores["symptom"])
         conclusion = f"Root cause of {incident['id']}: {top['summary']}."
     else:
-        top, confidence = None, 0.0
-        conclusion = (
-            f"No root cause found for {incident['id']}: no service moved away from its "
-            f"baseline around {onset}."
-        )
+        confidence = 0.0
+        conclusion = f"No clear cause for {incident['id']}: {_why_none(scores, windows)}"
     incident_claim = {
         "text": f"{incident['id']} ({incident['title']}) opened at {incident['opened_at']}; "
-        f"onset of the trouble on {symptom} at {onset}",
+        f"onset of the trouble on {symptom} at {windows['onset']} ({windows['how']})",
         "citations": [incident_cite, cites.window(symptom, windows["during"], "during")],
     }
-    incident_claim, hypotheses, citations = _keep_cited(incident_claim, hypotheses, cites.items)
+    incident_claim, hypotheses, citations = keep_cited(incident_claim, hypotheses, cites.items)
     return {
         "incident_id": incident["id"],
         "service": symptom,
-        "onset": onset,
+        "onset": windows["onset"],
         "windows": {
             "baseline": [format_time(t) for t in windows["baseline"]],
             "during": [format_time(t) for t in windows["during"]],
@@ -573,69 +472,159 @@ def rank_hypotheses(  # noqa: PLR0917 - ctx.step passes a phase's inputs positio
         "confidence": confidence,
         "root_cause": None
         if top is None
-        else {k: top[k] for k in ("kind", "service", "deploy_id", "summary")},
-        "path": walk["suspects"][0]["path"] if walk["suspects"] else [symptom],
+        else {k: top[k] for k in ("kind", "service", "type", "deploy_id", "summary")},
+        "path": top["path"] if top is not None else [symptom],
         "incident_claim": incident_claim,
         "hypotheses": hypotheses,
-        "anomalous_services": {
-            s: {k: v for k, v in sc.items() if k != "anomalous"}
-            for s, sc in scores.items()
-            if sc["anomalous"]
-        },
+        "symptom": scores["symptom"],
+        "suspects": scores["suspects"],
+        "sampled": evidence["sampled"],
         "citations": citations,
     }
 
 
-def _keep_cited(
-    incident_claim: Json, hypotheses: list[Json], citations: list[Json]
-) -> tuple[Json, list[Json], list[Json]]:
-    """Keep the citations the kept claims use, numbered C1.. in order of first use (the
-    claims are copied: hypotheses of one suspect share theirs)."""
-    claims = [incident_claim, *(c for h in hypotheses for c in h["claims"])]
-    used: dict[str, str] = {}
-    for claim in claims:
-        for cid in claim["citations"]:
-            used.setdefault(cid, f"C{len(used) + 1}")
-
-    def renumbered(claim: Json) -> Json:
-        return {**claim, "citations": [used[c] for c in claim["citations"]]}
-
-    kept = sorted(
-        ({**c, "id": used[c["id"]]} for c in citations if c["id"] in used),
-        key=lambda c: int(c["id"][1:]),
-    )
-    return (
-        renumbered(incident_claim),
-        [{**h, "claims": [renumbered(c) for c in h["claims"]]} for h in hypotheses],
-        kept,
-    )
-
-
-def _when(minutes_before: float) -> str:
-    if abs(minutes_before) < 0.05:  # onsets are found to the minute
-        return "at the detected onset"
-    if minutes_before > 0:
-        return f"{minutes_before:.1f} min before the onset"
-    return f"{-minutes_before:.1f} min after the detected onset"
-
-
-def render(result: Mapping[str, Any]) -> str:
-    """The result as text for people: conclusion, alternatives, citations."""
-    lines = [f"{result['conclusion']} (confidence {result['confidence']:.2f})"]
-    if len(result["path"]) > 1:
-        lines.append("Path: " + " -> ".join(result["path"]))
-    lines.append(f"Onset: {result['onset']} on {result['service']}")
-    lines.append("Hypotheses:")
-    for h in result["hypotheses"]:
-        refs = sorted(
-            {c for claim in h["claims"] for c in claim["citations"]}, key=lambda c: int(c[1:])
+def _why_none(scores: Mapping[str, Any], windows: Mapping[str, Any]) -> str:
+    symptom = scores["symptom"]
+    if not symptom["changed"]:
+        checked = symptom.get("why") or (
+            f"error rate {symptom['error_rate'][0]:.2%} -> {symptom['error_rate'][1]:.2%}, "
+            f"{symptom['ms_per_request'][0]:.0f} -> {symptom['ms_per_request'][1]:.0f} ms "
+            "per request"
         )
-        lines.append(f"  {h['rank']}. [{h['score']:.2f}] {h['summary']} [{', '.join(refs)}]")
-    lines.append("Citations:")
-    for c in result["citations"]:
-        args = ", ".join(f"{k}={v}" for k, v in c["arguments"].items())
-        lines.append(f"  [{c['id']}] {c['kind']} {c['ref']}: {c['note']} ({c['tool']}: {args})")
-    return "\n".join(lines)
+        return (
+            f"{windows['service']}'s requests did not change beyond their usual variation "
+            f"around {windows['onset']} ({checked}); no service, dependency or change "
+            "stands out."
+        )
+    return (
+        f"{windows['service']} changed around {windows['onset']}, but no single service, "
+        "dependency or change accounts for it (every one checked explains under "
+        f"{MIN_SHARE:.0%} of it)."
+    )
+
+
+def _path(windows: Mapping[str, Any], evidence: Mapping[str, Any], target: str) -> list[str]:
+    """The call path from the symptomatic service down to ``target``."""
+    start = windows["service"]
+    callees: dict[str, list[str]] = {}
+    for callee, callers in evidence["callers"].items():
+        for caller in callers:
+            callees.setdefault(caller, []).append(callee)
+    paths, queue = {start: [start]}, [start]
+    while queue:
+        here = queue.pop(0)
+        for callee in sorted(callees.get(here, [])):
+            if callee not in paths:
+                paths[callee] = [*paths[here], callee]
+                queue.append(callee)
+    return paths.get(target, [start] if target == start else [start, target])
+
+
+def _told(  # noqa: PLR0917 - one hypothesis and everything needed to tell it
+    hypothesis: Json,
+    rank: int,
+    cites: Citations,
+    windows: Mapping[str, Any],
+    evidence: Mapping[str, Any],
+    scores: Mapping[str, Any],
+) -> Json:
+    """A ranked hypothesis as the result shows it: summary, claims, citations."""
+    suspect = hypothesis["suspect"]
+    facts = scores["suspects"][suspect]
+    target = "dependency" if facts["kind"] == DEPENDENCY else "service"
+    exemplars = evidence["exemplars"].get(suspect, [])[:2]
+    label = f"call to {suspect}" if target == "dependency" else suspect
+    claims = [
+        {
+            "text": f"{suspect}: {'; '.join(facts['signals'])} (baseline vs. during); it "
+            f"accounts for {facts['share']:.0%} of the change of {windows['service']}",
+            "citations": [cites.span(label, e) for e in exemplars]
+            or [cites.window(windows["service"], windows["during"], "during")],
+        }
+    ]
+    path = _path(windows, evidence, suspect)
+    if len(path) > 1:
+        claims.append(
+            {"text": "call path: " + " -> ".join(path), "citations": claims[0]["citations"]}
+        )
+    change = hypothesis["change"]
+    if change is None:
+        what = "dependency" if target == "dependency" else hypothesis["kind"]
+        summary = f"{suspect} ({what}) degraded on its own, with no change of it before the onset"
+    else:
+        deploy = change["deploy"]
+        relation = change["explains"][suspect]
+        what = "configuration change" if deploy["kind"] == "config" else "deploy"
+        where = "" if relation == "own" else f", which explains the anomaly of {suspect}"
+        summary = (
+            f"{what} {deploy['id']} of {deploy['service']} ({deploy['summary']!r}, "
+            f"{when(change['minutes_before_onset'])}){where}"
+        )
+        claims.insert(
+            0,
+            {
+                "text": f"{deploy['id']} changed {deploy['service']} at {deploy['deployed_at']}, "
+                f"{when(change['minutes_before_onset'])}",
+                "citations": [cites.deploy(deploy)],
+            },
+        )
+    return {
+        "rank": rank,
+        "kind": hypothesis["kind"],
+        "service": hypothesis["service"],
+        "type": "service" if change is not None else target,
+        "deploy_id": hypothesis["deploy_id"],
+        "score": round(hypothesis["score"], 4),
+        "summary": summary,
+        "path": path,
+        "claims": claims,
+    }
+
+
+# --- the pipeline ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Phase:
+    """One checkpointed phase: its name, what the task says while it runs, the function,
+    and which earlier values it takes (``bridge`` is the data itself, never stored)."""
+
+    name: str
+    label: str
+    fn: Callable[..., Any]
+    needs: tuple[str, ...]
+
+
+PIPELINE = (
+    Phase("detect-onset", "finding the onset", detect_onset, ("bridge", "incident", "service")),
+    Phase(
+        "collect-evidence",
+        "charging each request's time and failures to services and dependencies",
+        collect_evidence,
+        ("bridge", "detect-onset", "services"),
+    ),
+    Phase(
+        "score-suspects",
+        "scoring suspects against the baseline",
+        score_suspects,
+        ("collect-evidence",),
+    ),
+    Phase(
+        "correlate-changes",
+        "correlating deploys and config changes",
+        correlate_changes,
+        ("bridge", "detect-onset", "score-suspects", "collect-evidence"),
+    ),
+    Phase(
+        "rank-hypotheses",
+        "ranking hypotheses",
+        rank_hypotheses,
+        ("incident", "detect-onset", "collect-evidence", "score-suspects", "correlate-changes"),
+    ),
+)
+"""The phases after the incident is loaded and its service known, in order."""
+
+PHASES = (("load-incident", "loading the incident"), *((p.name, p.label) for p in PIPELINE))
 
 
 def run_diagnosis(bridge: Bridge, incident_id: str, service: str | None) -> Json:
@@ -651,10 +640,8 @@ def run_diagnosis(bridge: Bridge, incident_id: str, service: str | None) -> Json
     if not chosen:
         raise ValueError(f"incident {incident_id} names no service: give one")
     check_service(chosen, loaded["services"])
-    windows = detect_onset(bridge, incident, chosen)
-    stats = collect_spans(bridge, windows, loaded["services"])
-    graph = build_call_graph(bridge, windows, loaded["services"])
-    scores = score_services(stats)
-    walk = walk_dependencies(graph, scores, chosen)
-    changes = correlate_deploys(bridge, windows["onset_ns"], walk, scores, graph)
-    return rank_hypotheses(incident, chosen, windows, stats, scores, walk, changes)
+    values: Json = {"bridge": bridge, "incident": incident, "service": chosen, **loaded}
+    for phase in PIPELINE:
+        values[phase.name] = phase.fn(*(values[n] for n in phase.needs))
+    result: Json = values[PIPELINE[-1].name]
+    return result

@@ -37,6 +37,21 @@ from pathlib import Path
 from typing import Any
 
 from keel.bridge.records import NS_PER_MINUTE, NS_PER_S, format_time
+from keel.bridge.sample_shop import (
+    ANCESTORS,
+    AUTHORS,
+    BAD_DEPLOY_TARGETS,
+    BAD_NOTES,
+    CONFIG_NOTES,
+    CONFIG_TARGETS,
+    RELEASE_NOTES,
+    ROUTES,
+    SATURATION_TARGETS,
+    SERVICES,
+    SIGMA,
+    Node,
+    route_median,
+)
 
 __all__ = [
     "GROUND_TRUTH",
@@ -57,179 +72,6 @@ SEED_SERVICE = "payments"  # what the user answers in the seed's story
 DAY = int(datetime(2026, 3, 14, tzinfo=UTC).timestamp()) * NS_PER_S
 SLOT = 50  # minutes between two injected incidents
 SEED_ONSET = DAY + (9 * 60 + 41) * NS_PER_MINUTE + 30 * NS_PER_S  # 09:41:30
-
-
-@dataclass(frozen=True)
-class Node:
-    """One call in a request route: a span of ``service`` and the calls it makes."""
-
-    service: str
-    operation: str
-    median_ms: float  # the span's own work, log-normal around this
-    children: tuple[tuple[Node, float], ...] = ()  # (call, probability it happens)
-
-
-def _n(service: str, op: str, ms: float, *children: tuple[Node, float]) -> Node:
-    return Node(service, op, ms, tuple(children))
-
-
-ROUTES: tuple[tuple[Node, float], ...] = (
-    (
-        _n(
-            "web-frontend",
-            "POST /checkout",
-            8,
-            (
-                _n(
-                    "checkout",
-                    "PlaceOrder",
-                    6,
-                    (_n("cart", "GetCart", 3, (_n("cart-cache", "GET cart", 1.0), 1.0)), 1.0),
-                    (
-                        _n("inventory", "Reserve", 4, (_n("inventory-db", "UPDATE stock", 3), 1.0)),
-                        1.0,
-                    ),
-                    (
-                        _n(
-                            "payments",
-                            "Charge",
-                            5,
-                            (_n("fraud-check", "Score", 12), 1.0),
-                            (_n("card-gateway", "Authorize", 140), 1.0),
-                        ),
-                        1.0,
-                    ),
-                    (_n("notifications", "SendReceipt", 4), 0.6),
-                ),
-                1.0,
-            ),
-        ),
-        0.25,
-    ),
-    (
-        _n(
-            "web-frontend",
-            "GET /search",
-            6,
-            (
-                _n(
-                    "search",
-                    "Query",
-                    5,
-                    (_n("search-index", "Search", 25), 1.0),
-                    (
-                        _n(
-                            "catalog",
-                            "GetProducts",
-                            3,
-                            (_n("catalog-db", "SELECT products", 4), 1.0),
-                        ),
-                        1.0,
-                    ),
-                ),
-                1.0,
-            ),
-        ),
-        0.30,
-    ),
-    (
-        _n(
-            "web-frontend",
-            "GET /product",
-            5,
-            (_n("catalog", "GetProduct", 3, (_n("catalog-db", "SELECT product", 3), 1.0)), 1.0),
-            (
-                _n(
-                    "recommendations", "ForProduct", 8, (_n("catalog-db", "SELECT related", 5), 1.0)
-                ),
-                0.8,
-            ),
-        ),
-        0.30,
-    ),
-    (
-        _n(
-            "web-frontend",
-            "POST /cart",
-            5,
-            (
-                _n(
-                    "cart",
-                    "AddItem",
-                    3,
-                    (_n("cart-cache", "SET cart", 1.0), 1.0),
-                    (
-                        _n("inventory", "Check", 3, (_n("inventory-db", "SELECT stock", 2), 1.0)),
-                        1.0,
-                    ),
-                ),
-                1.0,
-            ),
-        ),
-        0.15,
-    ),
-)
-
-
-def _walk(node: Node, parents: tuple[str, ...], out: dict[str, set[str]]) -> None:
-    out.setdefault(node.service, set()).update(parents)
-    for child, _ in node.children:
-        _walk(child, (*parents, node.service), out)
-
-
-ANCESTORS: dict[str, set[str]] = {}
-for _route, _ in ROUTES:
-    _walk(_route, (), ANCESTORS)
-SERVICES = tuple(sorted(ANCESTORS))
-SIGMA = {"card-gateway": 0.7}  # log-normal shape of a span's own time; 0.35 elsewhere
-BAD_DEPLOY_TARGETS = (
-    "cart",
-    "inventory",
-    "payments",
-    "fraud-check",
-    "search",
-    "catalog",
-    "recommendations",
-)
-SATURATION_TARGETS = (
-    "inventory-db",
-    "cart-cache",
-    "catalog-db",
-    "search-index",
-    "card-gateway",
-    "fraud-check",
-)
-CONFIG_TARGETS = (  # (service whose client timeout changes, the dependency it calls)
-    ("payments", "card-gateway"),
-    ("checkout", "inventory"),
-    ("search", "search-index"),
-    ("catalog", "catalog-db"),
-    ("cart", "cart-cache"),
-    ("recommendations", "catalog-db"),
-)
-AUTHORS = ("a.silva", "j.chen", "m.kowalski", "r.okafor", "s.haddad", "t.nguyen", "k.berg")
-RELEASE_NOTES = (
-    "bump logging library",
-    "refactor request metrics",
-    "feature flag cleanup",
-    "upgrade HTTP client",
-    "add tracing attributes",
-    "copy changes on the order page",
-    "tune connection pool metrics",
-    "dependency updates",
-)
-CONFIG_NOTES = (
-    "config: raise log sampling to 5%",
-    "config: rotate API credentials",
-    "config: enable canary routing for 5% of traffic",
-    "config: adjust cache TTL from 60s to 90s",
-)
-BAD_NOTES = (
-    "switch to the new pricing client",
-    "migrate to async database driver",
-    "new retry policy for downstream calls",
-    "rewrite request validation",
-)
 
 
 @dataclass
@@ -330,6 +172,25 @@ def _symptom_of(service: str, rng: random.Random, *, itself: bool) -> str:
     return rng.choice(callers)
 
 
+def _herrings(data: Dataset, writer: _Writer, root: str, symptom: str, onset: int) -> list[int]:
+    """Maybe a harmless deploy shortly before the onset, on the symptomatic service or on
+    one that is not anomalous; the indexes of the deploys written."""
+    rng = writer.rng
+    if rng.random() >= 0.65:
+        return []
+    anomalous = {root, *ANCESTORS[root]}
+    target = (
+        symptom
+        if rng.random() < 0.5 and symptom != root
+        else rng.choice([s for s in SERVICES if s not in anomalous])
+    )
+    config = rng.random() < 0.3
+    note = rng.choice(CONFIG_NOTES) if config else f"Release: {rng.choice(RELEASE_NOTES)}"
+    at = onset - rng.randrange(60, 480) * NS_PER_S
+    writer.deploy(data, target, at, note, "config" if config else "code", did="?herring")
+    return [len(data.deploys) - 1]
+
+
 def _inject(data: Dataset, writer: _Writer, kind: str, onset: int, number: int) -> None:
     rng = writer.rng
     length = rng.randrange(8, 14) * NS_PER_MINUTE + rng.randrange(0, 60) * NS_PER_S
@@ -361,7 +222,7 @@ def _inject(data: Dataset, writer: _Writer, kind: str, onset: int, number: int) 
         symptom = _symptom_of(root, rng, itself=False)
     else:
         root, dependency = rng.choice(CONFIG_TARGETS)
-        median = _route_median(dependency)
+        median = route_median(dependency)
         timeout = round(median * rng.uniform(1.1, 1.4))
         at = onset - rng.randrange(20, 120) * NS_PER_S
         note = f"config: lower {dependency} client timeout from 2s to {timeout}ms"
@@ -373,19 +234,7 @@ def _inject(data: Dataset, writer: _Writer, kind: str, onset: int, number: int) 
         writer.deploy(
             data, root, onset + length + 20 * NS_PER_S, "Roll back the previous release", "code"
         )
-    herrings = []
-    if rng.random() < 0.65:
-        anomalous = {root, *ANCESTORS[root]}
-        target = (
-            symptom
-            if rng.random() < 0.5 and symptom != root
-            else rng.choice([s for s in SERVICES if s not in anomalous])
-        )
-        config = rng.random() < 0.3
-        note = rng.choice(CONFIG_NOTES) if config else f"Release: {rng.choice(RELEASE_NOTES)}"
-        at = onset - rng.randrange(60, 480) * NS_PER_S
-        writer.deploy(data, target, at, note, "config" if config else "code", did="?herring")
-        herrings.append(len(data.deploys) - 1)
+    herrings = _herrings(data, writer, root, symptom, onset)
     opened = onset + rng.randrange(120, 300) * NS_PER_S
     incident_id = f"INC-2026-{number:04d}"
     named = rng.random() < 0.75
@@ -416,29 +265,6 @@ def _inject(data: Dataset, writer: _Writer, kind: str, onset: int, number: int) 
             "herring_indexes": herrings,
         }
     )
-
-
-def _route_median(service: str) -> float:
-    """Median total time of a call to ``service`` (its own time plus its callees')."""
-    for route, _ in ROUTES:
-        found = _find(route, service)
-        if found is not None:
-            return _total(found)
-    raise KeyError(service)
-
-
-def _find(node: Node, service: str) -> Node | None:
-    if node.service == service:
-        return node
-    for child, _ in node.children:
-        found = _find(child, service)
-        if found is not None:
-            return found
-    return None
-
-
-def _total(node: Node) -> float:
-    return node.median_ms + sum(_total(c) * p for c, p in node.children)
 
 
 def _seed_incident(data: Dataset, writer: _Writer) -> None:

@@ -20,17 +20,38 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from keel.bridge.errors import BridgeError, MalformedSource
-from keel.bridge.otlp import Row, read_spans
+from keel.bridge.evidence import ScopedSpan
+from keel.bridge.otlp import OUTGOING, Row, read_spans
 from keel.bridge.records import NS_PER_MINUTE, Span
 from keel.errors import StoreError
 from keel.store.sqlfiles import load_queries
 
-__all__ = ["INDEX_FORMAT", "IngestReport", "TraceIndex", "build_index", "fingerprint"]
+__all__ = [
+    "INDEX_FORMAT",
+    "IngestReport",
+    "Progress",
+    "TraceIndex",
+    "build_index",
+    "fingerprint",
+]
 
-INDEX_FORMAT = "1"  # bump when the schema changes: an older index is rebuilt
+MAX_SCOPED = 40_000  # spans of a service in a window above which its traces are sampled
+INDEX_FORMAT = "2"  # bump when the schema changes: an older index is rebuilt
 _SQL = load_queries("keel.bridge", "index.sql")
+
+
+class Progress(Protocol):
+    """Told how an ingest goes (``keel bridge ingest`` draws a progress bar with it)."""
+
+    def start(self, total_bytes: int) -> None:
+        """The ingest begins; its files hold ``total_bytes``."""
+
+    def advance(self, bytes_done: int, spans_read: int) -> None:
+        """A batch was stored: the files finished so far hold ``bytes_done``."""
+
 
 Fingerprint = list[list[str | int]]
 """[[path, size, mtime_ns], …] of the trace files an index was built from."""
@@ -50,9 +71,10 @@ class IngestReport:
     """What one ingest did."""
 
     files: int
-    spans: int
+    spans: int  # distinct spans indexed
     bytes: int
     seconds: float
+    duplicates: int = 0  # spans read again (same trace and span id) and dropped
 
     @property
     def spans_per_second(self) -> float:
@@ -72,8 +94,11 @@ def _fsync(path: Path) -> None:
 
 
 def _accumulate(stats: dict[tuple[str, int], list[int]], rows: list[Row]) -> None:
-    """Add spans to the per-service per-minute aggregates [spans, errors, sum, max]."""
+    """Add spans to the per-service per-minute aggregates [spans, errors, sum, max]; a
+    service's client and producer spans time its callees, and are left out."""
     for row in rows:
+        if row[8] in OUTGOING:
+            continue
         key = (row[3], row[5] // NS_PER_MINUTE)
         duration = row[6] - row[5]
         agg = stats.get(key)
@@ -86,29 +111,116 @@ def _accumulate(stats: dict[tuple[str, int], list[int]], rows: list[Row]) -> Non
             agg[3] = max(agg[3], duration)
 
 
-def build_index(  # noqa: PLR0915 - one transaction, start to swap, reads best in one piece
+def _drop_duplicates(conn: sqlite3.Connection, stats: dict[tuple[str, int], list[int]]) -> int:
+    """Delete the second and later copies of each (trace_id, span_id) and recount the
+    minutes they were counted in; returns how many were dropped."""
+    dropped = conn.execute(_SQL["duplicate_spans"]).fetchall()
+    if not dropped:
+        return 0
+    conn.executemany("DELETE FROM spans WHERE rowid = ?", [(row[0],) for row in dropped])
+    for service, minute in {
+        (row[1], row[2] // NS_PER_MINUTE) for row in dropped if row[3] not in OUTGOING
+    }:
+        start = minute * NS_PER_MINUTE
+        stats[(service, minute)] = list(
+            conn.execute(_SQL["minute_of"], (service, start, start + NS_PER_MINUTE)).fetchone()
+        )
+    return len(dropped)
+
+
+class _Ingest:
+    """One ingest's state: the connection to the new file, the per-minute aggregates, the
+    counts, and who is told how it goes."""
+
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        read: Callable[[Path], Iterable[list[Row]]],
+        log: Callable[[str], object] | None,
+        progress: Progress | None,
+        batch_size: int,
+    ) -> None:
+        self.conn, self.read, self.log, self.progress = conn, read, log, progress
+        self.batch_size = batch_size
+        self.began = time.perf_counter()
+        self.stats: dict[tuple[str, int], list[int]] = {}
+        self.sources: list[tuple[str, int, int, int]] = []
+        self.total = self.done = self.duplicates = 0
+
+    def file(self, path: Path) -> None:
+        """Store the spans of one file, in batches."""
+        count = 0
+        pending: list[Row] = []
+        for rows in self.read(path):
+            _accumulate(self.stats, rows)
+            pending.extend(rows)
+            if len(pending) >= self.batch_size:
+                self.conn.executemany(_SQL["insert_span"], pending)
+                count += len(pending)
+                pending = []
+                if self.progress is not None:
+                    self.progress.advance(self.done, self.total + count)
+        if pending:
+            self.conn.executemany(_SQL["insert_span"], pending)
+            count += len(pending)
+        self.total += count
+        st = path.stat()
+        self.done += st.st_size
+        if self.progress is not None:
+            self.progress.advance(self.done, self.total)
+        self.sources.append((str(path.resolve()), st.st_size, st.st_mtime_ns, count))
+        if self.log is not None:
+            rate = self.total / max(time.perf_counter() - self.began, 1e-9)
+            self.log(f"  indexed {path.name}: {count:,} spans ({rate:,.0f} spans/s so far)")
+
+    def finish(self, files: Sequence[Path]) -> None:
+        """Index, drop duplicate spans, store the aggregates and what was read."""
+        conn = self.conn
+        conn.executescript(_SQL["indexes"])  # commits the open transaction first
+        conn.execute("BEGIN")
+        self.duplicates = _drop_duplicates(conn, self.stats)
+        self.total -= self.duplicates
+        conn.executemany(
+            _SQL["insert_minute"],
+            [(s, m, *agg) for (s, m), agg in sorted(self.stats.items()) if agg[0]],
+        )
+        conn.executemany("INSERT INTO sources VALUES (?, ?, ?, ?)", self.sources)
+        minutes = [m for _, m in self.stats]
+        meta = {
+            "format": INDEX_FORMAT,
+            "fingerprint": json.dumps(fingerprint(files)),
+            "spans": str(self.total),
+            "first_ns": str(min(minutes, default=0) * NS_PER_MINUTE),
+            "last_ns": str((max(minutes, default=0) + 1) * NS_PER_MINUTE),
+        }
+        conn.executemany("INSERT INTO meta VALUES (?, ?)", meta.items())
+        conn.execute("COMMIT")
+        conn.execute("ANALYZE")
+
+
+def build_index(
     files: Sequence[Path],
     dest: Path,
     *,
     read: Callable[[Path], Iterable[list[Row]]] = read_spans,
     log: Callable[[str], object] | None = None,
+    progress: Progress | None = None,
     batch_size: int = 20_000,
 ) -> IngestReport:
     """Index the spans of ``files`` (read by ``read``, a trace source's reader) into
-    ``dest``, replacing it atomically.
+    ``dest``, replacing it atomically; ``progress`` hears of every batch stored.
 
     Raises:
         MalformedSource: a file that is not OTLP/JSON (names the file and line); ``dest``
             is left as it was.
         StoreError: SQLite failed (disk full …); ``dest`` is left as it was.
     """
-    began = time.perf_counter()
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f"{dest.name}.building-{os.getpid()}")
     tmp.unlink(missing_ok=True)
-    stats: dict[tuple[str, int], list[int]] = {}
-    total = 0
     size = sum(f.stat().st_size for f in files)
+    if progress is not None:
+        progress.start(size)
     try:
         conn = sqlite3.connect(tmp, isolation_level=None)
         try:
@@ -118,40 +230,10 @@ def build_index(  # noqa: PLR0915 - one transaction, start to swap, reads best i
             conn.execute("PRAGMA cache_size = -65536")  # KiB: 64 MiB of page cache at most
             conn.executescript(_SQL["schema"])
             conn.execute("BEGIN")
-            sources = []
+            ingest = _Ingest(conn, read, log, progress, batch_size)
             for path in files:
-                count = 0
-                pending: list[Row] = []
-                for rows in read(path):
-                    _accumulate(stats, rows)
-                    pending.extend(rows)
-                    if len(pending) >= batch_size:
-                        conn.executemany(_SQL["insert_span"], pending)
-                        count += len(pending)
-                        pending = []
-                if pending:
-                    conn.executemany(_SQL["insert_span"], pending)
-                    count += len(pending)
-                total += count
-                st = path.stat()
-                sources.append((str(path.resolve()), st.st_size, st.st_mtime_ns, count))
-                if log is not None:
-                    rate = total / max(time.perf_counter() - began, 1e-9)
-                    log(f"  indexed {path.name}: {count:,} spans ({rate:,.0f} spans/s so far)")
-            conn.executemany(
-                _SQL["insert_minute"], [(s, m, *agg) for (s, m), agg in sorted(stats.items())]
-            )
-            conn.executemany("INSERT INTO sources VALUES (?, ?, ?, ?)", sources)
-            meta = {
-                "format": INDEX_FORMAT,
-                "fingerprint": json.dumps(fingerprint(files)),
-                "spans": str(total),
-                "first_ns": str(min((m for _, m in stats), default=0) * NS_PER_MINUTE),
-                "last_ns": str((max((m for _, m in stats), default=0) + 1) * NS_PER_MINUTE),
-            }
-            conn.executemany("INSERT INTO meta VALUES (?, ?)", meta.items())
-            conn.executescript(_SQL["indexes"])  # commits the open transaction first
-            conn.execute("ANALYZE")
+                ingest.file(path)
+            ingest.finish(files)
         finally:
             conn.close()
         _fsync(tmp)
@@ -167,7 +249,8 @@ def build_index(  # noqa: PLR0915 - one transaction, start to swap, reads best i
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    return IngestReport(len(files), total, size, time.perf_counter() - began)
+    seconds = time.perf_counter() - ingest.began
+    return IngestReport(len(files), ingest.total, size, seconds, ingest.duplicates)
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,6 +321,20 @@ class TraceIndex:
                 )
         return out
 
+    def scoped_spans(
+        self, service: str, start: int, end: int, *, limit: int = MAX_SCOPED
+    ) -> tuple[list[ScopedSpan], float]:
+        """Every span of the traces that reach ``service`` in [start, end), and the share
+        of those traces that was read: above ``limit`` spans of ``service`` in the
+        window, a deterministic sample of traces (by trace id) is read instead."""
+        first, last = start // NS_PER_MINUTE, -(-end // NS_PER_MINUTE)
+        with self._connect() as conn:
+            count = conn.execute(_SQL["count_spans"], (service, first, last)).fetchone()[0]
+            share = min(1.0, limit / count) if count else 1.0
+            bound = "g" if share >= 1.0 else f"{int(share * 0x10000):04x}"
+            rows = conn.execute(_SQL["scoped_spans"], (service, start, end, bound)).fetchall()
+        return rows, share
+
     def callers(
         self, services: Sequence[str], start: int, end: int
     ) -> list[tuple[str, str, int, int]]:
@@ -284,7 +381,7 @@ class TraceIndex:
             where.append("end_ns - start_ns >= ?")
             args.append(min_duration_ns)
         clause = f"WHERE {' AND '.join(where)}" if where else ""
-        columns = "trace_id, span_id, parent_id, service, name, start_ns, end_ns, error"
+        columns = "trace_id, span_id, parent_id, service, name, start_ns, end_ns, error, kind, peer"
         with self._connect() as conn:
             # The filters are fixed column names; only values are bound as parameters.
             total = conn.execute(f"SELECT count(*) FROM spans {clause}", args).fetchone()[0]  # noqa: S608
@@ -293,5 +390,8 @@ class TraceIndex:
                 "ORDER BY start_ns, trace_id, span_id LIMIT ?",
                 [*args, limit],
             ).fetchall()
-        spans = [Span(r[0], r[1], r[2], r[3], r[4], r[5], r[6], bool(r[7])) for r in rows]
+        spans = [
+            Span(r[0], r[1], r[2], r[3], r[4], r[5], r[6], bool(r[7]), kind=r[8], peer=r[9])
+            for r in rows
+        ]
         return spans, total

@@ -14,9 +14,12 @@ CREATE TABLE spans (
     name      TEXT    NOT NULL,           -- the operation
     start_ns  INTEGER NOT NULL,           -- ns since the epoch
     end_ns    INTEGER NOT NULL CHECK (end_ns >= start_ns),
-    error     INTEGER NOT NULL CHECK (error IN (0, 1))
+    error     INTEGER NOT NULL CHECK (error IN (0, 1)),
+    kind      INTEGER NOT NULL,           -- OTLP span kind: 2 server, 3 client, 4 producer ...
+    peer      TEXT                        -- what a client/producer span calls, else NULL
 );
--- Per service, per minute: computed at ingest, so that baselines cost no span scan.
+-- Per service, per minute, of its own spans (not its client and producer spans: those
+-- time other services): computed at ingest, so that baselines cost no span scan.
 CREATE TABLE minute_stats (
     service     TEXT    NOT NULL,
     minute      INTEGER NOT NULL,         -- start_ns // 60e9
@@ -38,9 +41,24 @@ CREATE TABLE sources (
 CREATE INDEX spans_by_service ON spans (service, start_ns);
 CREATE INDEX spans_by_trace ON spans (trace_id, span_id);
 
+-- name: duplicate_spans
+-- Spans whose (trace_id, span_id) an earlier row already has (the same export ingested
+-- twice): the first copy is kept. Runs on spans_by_trace, a covering scan when there are none.
+SELECT s.rowid, s.service, s.start_ns, s.kind
+FROM (
+    SELECT trace_id, span_id, min(rowid) AS keep
+    FROM spans GROUP BY trace_id, span_id HAVING count(*) > 1
+) AS d
+JOIN spans AS s ON s.trace_id = d.trace_id AND s.span_id = d.span_id AND s.rowid <> d.keep;
+
+-- name: minute_of
+SELECT count(*), coalesce(sum(error), 0), coalesce(sum(end_ns - start_ns), 0),
+       coalesce(max(end_ns - start_ns), 0)
+FROM spans WHERE service = ? AND start_ns >= ? AND start_ns < ? AND kind NOT IN (3, 4);
+
 -- name: insert_span
-INSERT INTO spans (trace_id, span_id, parent_id, service, name, start_ns, end_ns, error)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?);
+INSERT INTO spans (trace_id, span_id, parent_id, service, name, start_ns, end_ns, error, kind, peer)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: insert_minute
 INSERT INTO minute_stats (service, minute, spans, errors, duration_ns, max_ns)
@@ -61,7 +79,8 @@ FROM spans
 WHERE service = ? AND start_ns >= ? AND start_ns < ?;
 
 -- name: span_times
-SELECT start_ns, end_ns FROM spans WHERE service = ? AND start_ns >= ? AND start_ns < ?;
+SELECT start_ns, end_ns FROM spans
+WHERE service = ? AND start_ns >= ? AND start_ns < ? AND kind NOT IN (3, 4);
 
 -- name: window_edges
 -- Who calls `service` in the window: the caller is the parent span's service.
@@ -71,3 +90,17 @@ JOIN spans AS parent ON parent.trace_id = child.trace_id AND parent.span_id = ch
 WHERE child.service = ? AND child.start_ns >= ? AND child.start_ns < ?
   AND child.parent_id IS NOT NULL
 GROUP BY parent.service;
+
+-- name: scoped_spans
+-- Every span of the traces in which `service` has a span starting in [start, end), for
+-- trace ids below a bound (a deterministic sample of traces when there are many).
+SELECT s.trace_id, s.span_id, s.parent_id, s.service, s.kind, s.peer, s.start_ns, s.end_ns,
+       s.error
+FROM spans AS s
+WHERE s.trace_id IN (
+    SELECT trace_id FROM spans
+    WHERE service = ? AND start_ns >= ? AND start_ns < ? AND trace_id < ?
+);
+
+-- name: count_spans
+SELECT coalesce(sum(spans), 0) FROM minute_stats WHERE service = ? AND minute >= ? AND minute < ?;

@@ -34,17 +34,53 @@ from pathlib import Path
 from typing import IO, Any
 
 from keel.bridge.errors import MalformedSource
+from keel.bridge.records import ENCODING
 from keel.errors import ConfigurationError
 
-__all__ = ["TRACE_SUFFIXES", "WHOLE_LIMIT", "Row", "read_spans", "trace_files"]
+__all__ = [
+    "OUTGOING",
+    "PEER_KEYS",
+    "TRACE_SUFFIXES",
+    "WHOLE_LIMIT",
+    "Row",
+    "peer_of",
+    "read_spans",
+    "trace_files",
+]
 
 CHUNK = 1 << 20  # characters read from a file at a time
 WHOLE_LIMIT = 16 << 20  # characters: a larger request is walked span by span
 TRACE_SUFFIXES = (".json", ".jsonl", ".ndjson")
 UNKNOWN_SERVICE = "unknown_service"
 
-Row = tuple[str, str, str | None, str, str, int, int, int]
-"""(trace_id, span_id, parent_id, service, name, start_ns, end_ns, error 0/1)."""
+Row = tuple[str, str, str | None, str, str, int, int, int, int, str | None]
+"""(trace_id, span_id, parent_id, service, name, start_ns, end_ns, error 0/1, kind, peer):
+``kind`` is OTLP's span kind (0 unspecified, 1 internal, 2 server, 3 client, 4 producer,
+5 consumer); ``peer`` is what a client or producer span calls (see :func:`peer_of`)."""
+
+KINDS = {
+    "SPAN_KIND_UNSPECIFIED": 0,
+    "SPAN_KIND_INTERNAL": 1,
+    "SPAN_KIND_SERVER": 2,
+    "SPAN_KIND_CLIENT": 3,
+    "SPAN_KIND_PRODUCER": 4,
+    "SPAN_KIND_CONSUMER": 5,
+}
+OUTGOING = (3, 4)  # client and producer spans: calls to something else
+PEER_KEYS = (
+    "peer.service",
+    "db.name",
+    "db.namespace",
+    "messaging.destination.name",
+    "messaging.destination",
+    "server.address",
+    "net.peer.name",
+    "rpc.service",
+    "db.system",
+    "messaging.system",
+)
+"""Attributes that name the callee of a client or producer span, most specific first: the
+name the caller gives the service, the database, the topic or queue, the host."""
 
 _WS = re.compile(r"[ \t\n\r]*")
 _HEX = {16: re.compile(r"[0-9a-f]{32}"), 8: re.compile(r"[0-9a-f]{16}")}
@@ -117,7 +153,36 @@ def _row(span: Any, service: str) -> Row:
         raise _SpanError(f"span {span_id} ends before it starts")
     status = span.get("status")
     code = status.get("code", 0) if isinstance(status, dict) else 0
-    return (trace_id, span_id, parent_id, service, name, start, end, int(code in _ERROR_CODES))
+    kind = _kind(span.get("kind", 0))
+    peer = peer_of(span.get("attributes")) if kind in OUTGOING else None
+    error = int(code in _ERROR_CODES)
+    return (trace_id, span_id, parent_id, service, name, start, end, error, kind, peer)
+
+
+def _kind(value: Any) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 5:
+        return value
+    if isinstance(value, str):
+        return KINDS.get(value, int(value) if value.isdigit() and int(value) <= 5 else 0)
+    return 0
+
+
+def peer_of(attributes: Any) -> str | None:
+    """The callee a client or producer span names (the first of :data:`PEER_KEYS` it
+    carries as a non-empty string), or None."""
+    if not isinstance(attributes, list):
+        return None
+    found: dict[str, str] = {}
+    for attribute in attributes:
+        if not isinstance(attribute, dict):
+            continue
+        key = attribute.get("key")
+        if key in PEER_KEYS:
+            value = attribute.get("value")
+            text = value.get("stringValue") if isinstance(value, dict) else None
+            if isinstance(text, str) and text.strip():
+                found[key] = text.strip()
+    return next((found[key] for key in PEER_KEYS if key in found), None)
 
 
 def _service(resource: Any) -> str:
@@ -340,7 +405,7 @@ def read_spans(path: Path, *, whole_limit: int = WHOLE_LIMIT) -> Iterator[list[R
         MalformedSource: the file is not OTLP/JSON; names the file, the line and why.
     """
     try:
-        file = path.open(encoding="utf-8")
+        file = path.open(encoding=ENCODING)
     except OSError as exc:
         raise MalformedSource(path, f"cannot open: {exc.strerror or exc}") from exc
     with file:

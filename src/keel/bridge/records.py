@@ -13,6 +13,7 @@ from typing import Any
 from keel.model import JsonObject
 
 __all__ = [
+    "ENCODING",
     "NS_PER_MINUTE",
     "NS_PER_S",
     "Deploy",
@@ -22,6 +23,10 @@ __all__ = [
     "parse_time",
 ]
 
+ENCODING = "utf-8-sig"
+"""How every source file is read: UTF-8, with or without the byte-order mark that
+spreadsheets put at the start of a "CSV UTF-8" export (CRLF line ends are read too)."""
+SPAN_KINDS = {1: "internal", 2: "server", 3: "client", 4: "producer", 5: "consumer"}
 NS_PER_S = 1_000_000_000
 NS_PER_MINUTE = 60 * NS_PER_S
 
@@ -114,6 +119,8 @@ class Span:
     end: int  # ns since the epoch
     error: bool
     attributes: dict[str, Any] = field(default_factory=dict)
+    kind: int = 0  # OTLP span kind: 1 internal, 2 server, 3 client, 4 producer, 5 consumer
+    peer: str | None = None  # what a client or producer span calls
 
     @property
     def duration_ms(self) -> float:
@@ -130,4 +137,6 @@ class Span:
             "end": format_time(self.end),
             "duration_ms": round(self.duration_ms, 3),
             "error": self.error,
+            "kind": SPAN_KINDS.get(self.kind, "unspecified"),
+            **({"peer": self.peer} if self.peer else {}),
         }

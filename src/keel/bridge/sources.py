@@ -25,7 +25,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from keel.bridge.errors import MalformedSource, UnknownIncident
 from keel.bridge.otlp import Row, read_spans, trace_files
-from keel.bridge.records import Deploy, Incident, parse_time
+from keel.bridge.records import ENCODING, Deploy, Incident, parse_time
 
 __all__ = [
     "DEPLOY_FIELDS",
@@ -100,7 +100,7 @@ class _CachedFile(Generic[T]):
 
 def _load_json_records(path: Path, key: str) -> list[Any]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding=ENCODING))
     except json.JSONDecodeError as exc:
         raise MalformedSource(path, f"not valid JSON: {exc.msg}", exc.lineno) from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -198,7 +198,7 @@ def _parse_deploys(path: Path) -> list[Deploy]:
     deploys: list[Deploy] = []
     if path.suffix.lower() == ".csv":
         try:
-            with path.open(encoding="utf-8", newline="") as file:
+            with path.open(encoding=ENCODING, newline="") as file:
                 reader = csv.DictReader(file)
                 missing = [
                     f

@@ -26,6 +26,7 @@ import anyio.to_thread
 from keel.bridge import diagnosis
 from keel.bridge.core import Bridge, open_bridge
 from keel.bridge.errors import BridgeError
+from keel.bridge.results import Diagnosis
 from keel.bridge.settings import BridgeSettings
 from keel.runtime import Keel, TaskContext, ToolError, ToolResult
 from keel.store import Store
@@ -96,7 +97,7 @@ def build_app(settings: BridgeSettings | None = None, store: str | Store | None 
     )
     async def diagnose_root_cause(
         ctx: TaskContext, incident_id: str, service: str | None = None
-    ) -> ToolResult:
+    ) -> ToolResult[Diagnosis]:
         try:
             bridge: Bridge = await anyio.to_thread.run_sync(open_bridge, settings)
             loaded = await phase(ctx, "load-incident", diagnosis.load_incident, bridge, incident_id)
@@ -117,44 +118,19 @@ def build_app(settings: BridgeSettings | None = None, store: str | Store | None 
                 key=SERVICE_KEY,
             )
             chosen = str(answer[SERVICE_KEY])
+        values: dict[str, Any] = {
+            "bridge": bridge,
+            "incident": incident,
+            "service": chosen,
+            "services": services,
+        }
         try:
-            windows = await phase(
-                ctx, "detect-onset", diagnosis.detect_onset, bridge, incident, chosen
-            )
-            stats = await phase(
-                ctx, "collect-spans", diagnosis.collect_spans, bridge, windows, services
-            )
-            graph = await phase(
-                ctx, "build-call-graph", diagnosis.build_call_graph, bridge, windows, services
-            )
-            scores = await phase(ctx, "score-services", diagnosis.score_services, stats)
-            walk = await phase(
-                ctx, "walk-dependencies", diagnosis.walk_dependencies, graph, scores, chosen
-            )
-            changes = await phase(
-                ctx,
-                "correlate-deploys",
-                diagnosis.correlate_deploys,
-                bridge,
-                windows["onset_ns"],
-                walk,
-                scores,
-                graph,
-            )
-            result = await phase(
-                ctx,
-                "rank-hypotheses",
-                diagnosis.rank_hypotheses,
-                incident,
-                chosen,
-                windows,
-                stats,
-                scores,
-                walk,
-                changes,
-            )
+            for step in diagnosis.PIPELINE:
+                args = [values[n] for n in step.needs]
+                values[step.name] = await phase(ctx, step.name, step.fn, *args)
         except BridgeError as exc:
             raise ToolError(str(exc), structured={"error": str(exc)}) from exc
+        result = values[diagnosis.PIPELINE[-1].name]
         await ctx.status(f"done: {result['conclusion']}")
         return ToolResult(diagnosis.render(result), structured=result)
 

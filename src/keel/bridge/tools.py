@@ -8,6 +8,7 @@ message that says what is wrong.
 
 from __future__ import annotations
 
+import inspect
 import json
 from typing import Any
 
@@ -167,12 +168,10 @@ def add_tools(server: MCPServer[Any], settings: BridgeSettings) -> None:
             content=[TextContent(type="text", text=_text(name, value))], structured_content=value
         )
 
-    @server.tool(name="get_incident")
     async def get_incident(incident_id: str) -> CallToolResult:
         """An incident by id: title, severity, when it was opened, symptoms, affected service."""
         return await call("get_incident", incident_id=incident_id)
 
-    @server.tool(name="search_traces")
     async def search_traces(  # noqa: PLR0917 - a tool's parameters are its arguments
         service: str | None = None,
         start: str | None = None,
@@ -197,7 +196,6 @@ def add_tools(server: MCPServer[Any], settings: BridgeSettings) -> None:
             limit=limit,
         )
 
-    @server.tool(name="list_deploys")
     async def list_deploys(
         service: str | None = None,
         since: str | None = None,
@@ -216,4 +214,6 @@ def add_tools(server: MCPServer[Any], settings: BridgeSettings) -> None:
             limit=limit,
         )
 
-    del get_incident, search_traces, list_deploys  # registered on the server
+    for tool in (get_incident, search_traces, list_deploys):
+        # Cleaned docstrings: the SDK would publish them with their indentation.
+        server.add_tool(tool, description=inspect.getdoc(tool))

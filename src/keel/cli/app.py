@@ -15,7 +15,6 @@ from typing import Any
 
 import click
 
-from keel import __version__
 from keel.cli.bridge import bridge
 from keel.cli.common import (
     CliState,
@@ -34,6 +33,14 @@ from keel.store import ENV_VAR
 __all__ = ["cli", "main"]
 
 
+def _show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        import keel  # its version is read on first use, not by every command
+
+        click.echo(f"keel, version {keel.__version__}")
+        ctx.exit()
+
+
 class KeelGroup(click.Group):
     """A group that reports Keel's own errors as one line and exit code 1."""
 
@@ -45,7 +52,14 @@ class KeelGroup(click.Group):
 
 
 @click.group(cls=KeelGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, "--version", prog_name="keel")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_show_version,
+    help="Show the version and exit.",
+)
 @store_option
 def cli() -> None:
     """Keel: durable long-running tasks for MCP servers.
@@ -62,15 +76,23 @@ def cli() -> None:
     is_flag=True,
     help="Play it against the task store alone (no server), with the seed's injections 8A-8E.",
 )
+@click.option(
+    "--protocol",
+    type=click.Choice(["2026-07-28", "2025-11-25"]),
+    default="2026-07-28",
+    show_default=True,
+    help="The MCP tasks protocol the demo's client speaks.",
+)
 @store_option
 @click.pass_context
-def demo(ctx: click.Context, data_dir: Path, store_only: bool) -> None:
+def demo(ctx: click.Context, data_dir: Path, store_only: bool, protocol: str) -> None:
     """Play the seed's incident over MCP against a real `keel serve`.
 
     Starts `keel serve` (Incident Bridge) on a free port, asks for a root-cause
     diagnosis without naming the service, SIGKILLs the server while the task waits for
-    that input, restarts it, answers through tasks/update, and prints the cited
-    conclusion. The task stays in DATA_DIR/keel.db for `keel tasks show`.
+    that input, restarts it, answers through tasks/update (with --protocol 2025-11-25:
+    through tasks/result and elicitation/create), and prints the cited conclusion. The
+    task stays in DATA_DIR/keel.db for `keel tasks show`.
     """
     if store_only:
         from keel.store_demo import run_demo as run_store_demo
@@ -81,7 +103,10 @@ def demo(ctx: click.Context, data_dir: Path, store_only: bool) -> None:
 
     state = ctx.find_object(CliState)
     run_demo(
-        data_dir, (state.store if state else None) or os.environ.get(ENV_VAR) or None, click.echo
+        data_dir,
+        (state.store if state else None) or os.environ.get(ENV_VAR) or None,
+        click.echo,
+        protocol=protocol,
     )
 
 

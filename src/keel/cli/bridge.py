@@ -101,8 +101,51 @@ def ingest(
 
     settings = _settings(data_dir, incidents, traces, deploys)
     assert isinstance(settings, BridgeSettings)
-    paths = prepare(settings, log=click.echo)
+    with _IngestBar() as bar:
+        paths = prepare(settings, log=bar.log, progress=bar if bar.live else None)
     click.echo(paths.describe())
+
+
+class _IngestBar:
+    """A progress bar of an ingest on a terminal (bytes, spans, rate); plain lines else."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+
+        self.console = Console(stderr=True)
+        self.live = self.console.is_terminal
+        self.bar = Progress(
+            "[progress.description]{task.description}",
+            BarColumn(),
+            DownloadColumn(),
+            "{task.fields[spans]:>12,} spans",
+            TimeRemainingColumn(),
+            console=self.console,
+            transient=True,
+            disable=not self.live,
+        )
+        self.task = self.bar.add_task("indexing traces", total=None, spans=0, start=False)
+
+    def __enter__(self) -> _IngestBar:
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.bar.__exit__(None, None, None)
+
+    def log(self, line: str) -> None:
+        if self.live:
+            self.bar.console.print(line, highlight=False, markup=False)
+        else:
+            click.echo(line)
+
+    def start(self, total_bytes: int) -> None:
+        self.bar.update(self.task, total=total_bytes)
+        self.bar.start_task(self.task)
+
+    def advance(self, bytes_done: int, spans_read: int) -> None:
+        self.bar.update(self.task, completed=bytes_done, spans=spans_read)
 
 
 @bridge.command(short_help="Diagnose an incident offline and print the cited conclusion.")

@@ -227,7 +227,7 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
     """
     from mcp.server import MCPServer
 
-    from keel.mcp.server import TasksExtension, keel_lifespan
+    from keel.mcp.serving import app_server
     from keel.runtime import Keel, load_app
 
     started = time.monotonic()
@@ -269,12 +269,20 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
         if app_spec == "conformance":
             from keel.conformance import build_server
 
-            server = build_server(app, run_workers=not no_worker, rate_limit_polls=rate_limit_polls)
+            server = build_server(
+                app,
+                run_workers=not no_worker,
+                rate_limit_polls=rate_limit_polls,
+                state_dir=data_dir,
+            )
         else:
-            server = MCPServer(
+            server = app_server(
+                app,
                 app_spec,
-                extensions=[TasksExtension(app, rate_limit_polls=rate_limit_polls)],
-                lifespan=keel_lifespan(app, concurrency=concurrency, run_workers=not no_worker),
+                rate_limit_polls=rate_limit_polls,
+                concurrency=concurrency,
+                run_workers=not no_worker,
+                state_dir=data_dir,
             )
         title = f"app {app_spec}"
     app.store  # noqa: B018 - open the store now: one clear error if it cannot be opened
@@ -334,11 +342,9 @@ def _bridge(
     run_workers: bool,
 ) -> tuple[Any, Any, list[str]]:
     """The Bridge's app and server, its data prepared; and lines for the startup message."""
-    from mcp.server import MCPServer
-
     from keel.bridge import BridgeSettings, add_tools, build_app, prepare
     from keel.bridge.settings import DATA_ENV as BRIDGE_DATA_ENV
-    from keel.mcp.server import TasksExtension, keel_lifespan
+    from keel.mcp.serving import app_server
 
     # The same environment as `keel worker --app keel.bridge:app` reads (so that front
     # ends and workers agree), then the flags and the config file on top.
@@ -358,10 +364,13 @@ def _bridge(
     messages: list[str] = []
     paths = prepare(settings, log=messages.append)
     app = build_app(settings, store=location)
-    server: MCPServer[Any] = MCPServer(
+    server = app_server(
+        app,
         "incident-bridge",
-        extensions=[TasksExtension(app, rate_limit_polls=rate_limit_polls)],
-        lifespan=keel_lifespan(app, concurrency=concurrency, run_workers=run_workers),
+        rate_limit_polls=rate_limit_polls,
+        concurrency=concurrency,
+        run_workers=run_workers,
+        state_dir=data_dir,
     )
     add_tools(server, settings)
     lines = [f"  {line}" for line in paths.describe().splitlines()]

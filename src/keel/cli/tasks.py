@@ -21,9 +21,9 @@ from keel.cli.render import (
     task_table,
     task_to_json,
 )
-from keel.errors import InvalidTransition
 from keel.importer import ImportReport, import_file, read_teaching_file
 from keel.model import DEFAULT_INPUT_KEY, Event, JsonValue, Reclaimed, Status, Task
+from keel.model.validation import check_answer_keys
 from keel.store import Store
 
 __all__ = ["tasks"]
@@ -185,19 +185,8 @@ def _choose_key(task: Task, explicit: str | None) -> str:
         # The store refuses this write with the uniform, status-naming answer: let it.
         return explicit or DEFAULT_INPUT_KEY
     if explicit is not None:
-        if explicit in pending:
-            return explicit
-        if explicit in task.input_requests:
-            raise InvalidTransition(
-                f"input {explicit!r} of task {task.task_id} was already answered; pending: "
-                f"{', '.join(map(repr, pending))}",
-                task,
-            )
-        raise InvalidTransition(
-            f"task {task.task_id} has no input request {explicit!r}; pending: "
-            f"{', '.join(map(repr, pending))}",
-            task,
-        )
+        check_answer_keys(task, [explicit])  # UnknownInputKey names the pending keys
+        return explicit
     if len(pending) == 1:
         return next(iter(pending))
     if DEFAULT_INPUT_KEY in pending:

@@ -4,7 +4,8 @@
 claims ``CreateTaskResult`` answers: ``client.call_tool(…)`` then polls ``tasks/get``
 (respecting ``pollIntervalMs``, and backing off when a server says a poll came too
 soon), hands input requests to a callback and sends its
-answers with ``tasks/update``, and returns the task's final ``CallToolResult``::
+answers with ``tasks/update``, and returns the task's final ``CallToolResult`` (a failed or
+cancelled task raises the same ``MCPError`` a client without the extension gets)::
 
     async def answer(task_id: str, requests: dict[str, Any]) -> dict[str, Any]:
         return {key: accept({"service": "payments"}) for key in requests}
@@ -29,10 +30,10 @@ from typing import Any, Literal
 import anyio
 from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
 from mcp.shared.exceptions import MCPError
-from mcp_types import CallToolResult, Request, RequestParams, Result, TextContent
+from mcp_types import INTERNAL_ERROR, CallToolResult, Request, RequestParams, Result
 from pydantic import ConfigDict
 
-from keel.mcp.wire import TASKS_EXTENSION
+from keel.mcp.wire import TASKS_EXTENSION, cancelled_error
 
 __all__ = [
     "CancelTask",
@@ -176,12 +177,19 @@ def _retry_after(exc: MCPError) -> float | None:
 
 
 def _final(task: Detailed) -> CallToolResult:
+    """A finished task as its call answers a client without the extension: the
+    ``CallToolResult`` (``isError`` kept), or the same JSON-RPC error raised."""
     data = task.model_dump(by_alias=True)
     if task.status == "completed":
         return CallToolResult.model_validate(data["result"])
-    error = data.get("error") or {}
-    text = f"task {task.task_id} {task.status}: {error.get('message', task.status)}"
-    return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
+    error = data.get("error") if task.status == "failed" else None
+    if not isinstance(error, Mapping) or not isinstance(error.get("code"), int):
+        error = (
+            cancelled_error(task.task_id)
+            if task.status == "cancelled"
+            else {"code": INTERNAL_ERROR, "message": f"task {task.task_id} failed"}
+        )
+    raise MCPError(code=error["code"], message=str(error.get("message")), data=error.get("data"))
 
 
 class _Poller:

@@ -2,10 +2,14 @@
 
 ``TasksExtension(app)`` exposes an app's registered tasks as tools and serves
 ``tasks/get``, ``tasks/update`` and ``tasks/cancel`` (SEP-2663, 2026-07-28); a lifespan
-(``keel_lifespan``) runs the app's workers in the server process::
+(``keel_lifespan``) runs the app's workers in the server process. Its ``middleware()``
+adds the 2025-11-25 tasks protocol on the same tasks (:mod:`keel.mcp.v2025`)::
 
     app = Keel("sqlite:///keel-data/keel.db")
-    server = MCPServer("bridge", extensions=[TasksExtension(app)], lifespan=keel_lifespan(app))
+    tasks = TasksExtension(app)
+    server = MCPServer(
+        "bridge", extensions=[tasks], middleware=[tasks.middleware()], lifespan=keel_lifespan(app)
+    )
 
 A client that declared the extension gets a ``CreateTaskResult`` as soon as the task is
 committed (durable creation). One that did not gets the result inline for
@@ -22,11 +26,9 @@ limit is kept per server process).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import inspect
 import time
-import typing
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -34,7 +36,7 @@ from typing import Any
 
 import anyio
 from mcp.server import MCPServer, ServerRequestContext
-from mcp.server.context import CallNext, HandlerResult
+from mcp.server.context import CallNext, HandlerResult, ServerMiddleware
 from mcp.server.extension import Extension, MethodBinding, ToolBinding
 from mcp.server.mcpserver import authenticated_principal, require_client_extension
 from mcp.server.mcpserver.tools import Tool
@@ -49,26 +51,29 @@ from mcp_types import (
 )
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from keel.errors import (
-    InvalidPayload,
-    InvalidTransition,
-    TaskNotFound,
-)
+from keel.errors import InvalidTransition, KeelError, UnknownInputKey
+from keel.mcp.v2025 import V2025, LegacyTasks, ListParams
+from keel.mcp.v2025 import TaskIdParams as ResultParams
 from keel.mcp.wire import (
     TASKS_EXTENSION,
     create_task_result,
     detailed_task,
     input_from_wire,
-    public_error,
+    rpc_error,
+    tool_outcome,
 )
-from keel.model import INTERNAL_ERROR, Status, Task
+from keel.model import Status, Task
 from keel.model.validation import validate_input
 from keel.runtime import Keel, TaskDefinition, Worker
 
-__all__ = ["TasksExtension", "keel_lifespan"]
+__all__ = ["TasksExtension", "keel_lifespan", "mcp_error"]
 
 MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
-NOT_FOUND = "Failed to retrieve task: Task not found"
+TASK_STATE = "keel:task:"
+"""``requestState`` prefix of an input-required answer to a client without the extension:
+the retry carries it back (sealed by the SDK) and resumes that same task."""
+BOTH = MODERN | {V2025}  # tasks/get and tasks/cancel: one binding, two generations
+ONLY_2025 = frozenset({V2025})  # tasks/result and tasks/list
 INLINE_POLL = 0.05  # seconds between reads while a call waits for its task inline
 RATE_LIMITED = -32000  # JSON-RPC's implementation-defined server error range
 POLL_SLACK = 0.5  # a poll within this share of pollIntervalMs of the last one is too early
@@ -82,6 +87,31 @@ class UpdateTaskParams(TaskIdParams):
     # Not the SDK's typed InputResponses: answers to keys that are not outstanding must be
     # ignored, not refused before the handler runs; each answer is checked here instead.
     input_responses: dict[str, Any]
+
+
+def mcp_error(exc: KeelError) -> MCPError:
+    """A Keel error as the ``MCPError`` the SDK sends (``wire.rpc_error``'s table)."""
+    error = rpc_error(exc)
+    return MCPError(code=error["code"], message=error["message"], data=error.get("data"))
+
+
+def _raise_outcome(outcome: dict[str, Any]) -> HandlerResult:
+    """A finished task's ``tools/call`` answer: its result, or its error raised."""
+    if "result" in outcome:
+        result: HandlerResult = outcome["result"]
+        return result
+    error = outcome["error"]
+    raise MCPError(code=error["code"], message=error["message"], data=error.get("data"))
+
+
+def _responses(params: CallToolRequestParams) -> dict[str, Any]:
+    """The call's ``inputResponses`` as plain JSON (the SDK parsed them into models)."""
+    return {
+        key: value.model_dump(by_alias=True, exclude_none=True)
+        if hasattr(value, "model_dump")
+        else value
+        for key, value in (params.input_responses or {}).items()
+    }
 
 
 def _owner(ctx: ServerRequestContext[Any, Any]) -> str:
@@ -114,17 +144,25 @@ def _check_name_header(ctx: ServerRequestContext[Any, Any], task_id: str) -> Non
 
 def _tool_for(definition: TaskDefinition) -> ToolBinding:
     """A tool whose signature is the handler's without its context: tools/list shows the
-    handler's arguments; the call itself is always answered by the extension."""
+    handler's arguments, and the ``outputSchema`` of its result if it is typed; the call
+    itself is always answered by the extension."""
     handler = definition.handler
-    signature = inspect.signature(handler)
+    # Evaluated annotations: strings (``from __future__ import annotations``) would reach
+    # pydantic as forward references it cannot resolve from the SDK's module.
+    signature = inspect.signature(handler, eval_str=True)
     parameters = list(signature.parameters.values())[1:]
-    hints = typing.get_type_hints(handler)
+    output = definition.output
 
     async def tool(**arguments: Any) -> Any:  # pragma: no cover - intercepted
         raise RuntimeError("answered by the Keel tasks extension")
 
-    tool.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
-    tool.__annotations__ = {p.name: hints[p.name] for p in parameters if p.name in hints}
+    tool.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=parameters,
+        return_annotation=inspect.Signature.empty if output is None else output.model,
+    )
+    tool.__annotations__ = {
+        p.name: p.annotation for p in parameters if p.annotation is not inspect.Parameter.empty
+    }
     tool.__name__ = definition.name
     tool.__doc__ = definition.options.description
     return ToolBinding(
@@ -132,9 +170,10 @@ def _tool_for(definition: TaskDefinition) -> ToolBinding:
         kwargs={
             "name": definition.name,
             "description": definition.options.description,
-            # Results are whatever the handler returned (see keel.runtime.outcomes), not a
-            # value wrapped to match a generated output schema.
-            "structured_output": False,
+            # Results are built by Keel (keel.runtime.outcomes), not by the SDK from what
+            # this stand-in returns; the SDK only publishes the outputSchema, of a typed
+            # handler (structured_output=True) or of none (False).
+            "structured_output": output is not None,
         },
     )
 
@@ -142,7 +181,7 @@ def _tool_for(definition: TaskDefinition) -> ToolBinding:
 def _signature_schema(definition: TaskDefinition, binding: ToolBinding) -> dict[str, Any]:
     """The arguments schema tools/list shows for a task without its own input_schema
     (derived from the handler's signature). Tasks with one are checked by Keel.submit."""
-    return Tool.from_function(binding.fn, name=definition.name).parameters
+    return Tool.from_function(binding.fn, name=definition.name, structured_output=False).parameters
 
 
 def _ask_first(
@@ -219,6 +258,13 @@ class TasksExtension(Extension):
             for name, binding in self._bindings.items()
             if app.tasks[name].options.input_schema is None
         }
+        self.legacy = LegacyTasks(
+            app,
+            owner=_owner,
+            poll_interval=self._poll_interval,
+            schemas=self._schemas,
+            expose_crashes=expose_crashes,
+        )
 
     def settings(self) -> dict[str, Any]:
         return {}
@@ -228,10 +274,21 @@ class TasksExtension(Extension):
 
     def methods(self) -> list[MethodBinding]:
         return [
-            MethodBinding("tasks/get", TaskIdParams, self._get, protocol_versions=MODERN),
+            MethodBinding("tasks/get", TaskIdParams, self._get, protocol_versions=BOTH),
             MethodBinding("tasks/update", UpdateTaskParams, self._update, protocol_versions=MODERN),
-            MethodBinding("tasks/cancel", TaskIdParams, self._cancel, protocol_versions=MODERN),
+            MethodBinding("tasks/cancel", TaskIdParams, self._cancel, protocol_versions=BOTH),
+            # 2025-11-25 only (keel.mcp.v2025).
+            MethodBinding(
+                "tasks/result", ResultParams, self.legacy.result, protocol_versions=ONLY_2025
+            ),
+            MethodBinding("tasks/list", ListParams, self.legacy.list, protocol_versions=ONLY_2025),
         ]
+
+    def middleware(self) -> ServerMiddleware[Any]:
+        """What the 2025-11-25 tasks protocol needs beyond method bindings (its capability,
+        ``execution.taskSupport``, its ``CreateTaskResult``): pass it to
+        ``MCPServer(middleware=[extension.middleware()])``."""
+        return self.legacy
 
     def _poll_interval(self, task: Task) -> float:
         definition = self.app.tasks.get(task.name or "")
@@ -251,10 +308,12 @@ class TasksExtension(Extension):
         try:
             # Unknown, purged and another principal's tasks answer the same.
             return await self.app.store.get(task_id, owner=_owner(ctx))
-        except TaskNotFound:
-            raise MCPError(code=INVALID_PARAMS, message=NOT_FOUND) from None
+        except KeelError as exc:
+            raise mcp_error(exc) from None
 
     async def _get(self, ctx: ServerRequestContext[Any, Any], params: TaskIdParams) -> Any:
+        if ctx.protocol_version == V2025:
+            return await self.legacy.get(ctx, params.task_id)
         task = await self._lookup(ctx, params.task_id)
         if self._limiter is not None and not task.status.terminal:
             wait = self._limiter.wait_needed(
@@ -276,19 +335,35 @@ class TasksExtension(Extension):
         outstanding = {k: v for k, v in params.input_responses.items() if k in pending}
         if not outstanding or task.status is not Status.INPUT_REQUIRED:
             return {}  # nothing outstanding is answered: an empty ack, as the spec asks
-        try:
-            answers, declined = input_from_wire(outstanding)
-            await self.app.answer(task.task_id, answers, owner=task.owner, declined=declined)
-        except InvalidPayload as exc:  # InputRejected names the field; the request stays
-            raise MCPError(code=INVALID_PARAMS, message=str(exc)) from exc
-        except InvalidTransition:
-            pass  # it ended or moved on meanwhile: the ack is eventually consistent
+        await self._answer(task, outstanding)
         return {}
 
+    async def _answer(self, task: Task, responses: dict[str, Any]) -> None:
+        """Apply elicitation results to the task's outstanding requests.
+
+        Raises:
+            MCPError: -32602 for an answer its schema refuses (named; the request stays).
+        """
+        try:
+            answers, declined = input_from_wire(responses)
+            await self.app.answer(task.task_id, answers, owner=task.owner, declined=declined)
+        except (InvalidTransition, UnknownInputKey):
+            # It ended or moved on meanwhile, or a concurrent update answered the same
+            # key first: the spec ignores answers to requests that are not outstanding.
+            pass
+        except KeelError as exc:  # InputRejected names the field; the request stays
+            raise mcp_error(exc) from exc
+
     async def _cancel(self, ctx: ServerRequestContext[Any, Any], params: TaskIdParams) -> Any:
+        if ctx.protocol_version == V2025:
+            return await self.legacy.cancel(ctx, params.task_id)
         task = await self._lookup(ctx, params.task_id)
-        with contextlib.suppress(InvalidTransition):  # already finished: the same empty ack
+        try:
             await self.app.cancel(task.task_id, reason="tasks/cancel", owner=task.owner)
+        except InvalidTransition:
+            pass  # already finished: the same empty ack
+        except KeelError as exc:
+            raise mcp_error(exc) from exc
         return {}
 
     async def intercept_tool_call(
@@ -303,6 +378,8 @@ class TasksExtension(Extension):
         declared = _declared(ctx)
         if not declared and definition.options.task_mode == "required":
             require_client_extension(ctx, TASKS_EXTENSION)
+        if not declared and (params.request_state or "").startswith(TASK_STATE):
+            return await self._resume(params, ctx)
         arguments = dict(params.arguments or {})
         answers: dict[str, Any] | None = None
         if definition.options.ask_first:
@@ -317,18 +394,40 @@ class TasksExtension(Extension):
             task = await self.app.submit(
                 definition.name, arguments, owner=_owner(ctx), answers=answers
             )
-        except InvalidPayload as exc:
-            raise MCPError(code=INVALID_PARAMS, message=str(exc)) from exc
+        except KeelError as exc:
+            raise mcp_error(exc) from exc
         if declared:
             if definition.options.inline_within > 0:
                 task = await self._settle(task, definition.options.inline_within)
                 if task.status in {Status.COMPLETED, Status.FAILED}:
-                    return await self._inline(task)
+                    return _raise_outcome(tool_outcome(task, expose_crashes=self.expose_crashes))
             # Committed before this answer leaves: the handle is durable when it arrives.
             return create_task_result(
                 task, now=time.time(), poll_interval=definition.options.poll_interval
             )
-        return await self._inline(task)
+        return await self._inline(task, ctx)
+
+    async def _resume(
+        self, params: CallToolRequestParams, ctx: ServerRequestContext[Any, Any]
+    ) -> HandlerResult:
+        """The retry of a call that got an input-required result: answer that same task
+        (its ``requestState``, sealed by the SDK, names it) and go on waiting for it."""
+        task_id = (params.request_state or "").removeprefix(TASK_STATE)
+        try:
+            task = await self.app.store.get(task_id, owner=_owner(ctx))
+        except KeelError as exc:
+            raise mcp_error(exc) from exc
+        if task.name != params.name:
+            raise MCPError(
+                code=INVALID_PARAMS,
+                message=f"requestState belongs to a call of {task.name!r}, not {params.name!r}",
+            )
+        given = _responses(params)
+        outstanding = {k: v for k, v in given.items() if k in task.pending_input}
+        if outstanding and task.status is Status.INPUT_REQUIRED:
+            await self._answer(task, outstanding)
+            task = await self.app.store.get(task.task_id)
+        return await self._inline(task, ctx, asked=set(given))
 
     async def _settle(self, task: Task, within: float) -> Task:
         """The task once it has finished, or as it is after ``within`` seconds."""
@@ -343,24 +442,35 @@ class TasksExtension(Extension):
             task = await self.app.store.get(task.task_id)
         return task
 
-    async def _inline(self, task: Task) -> HandlerResult:
-        """Wait for a task whose client cannot poll, and answer its result inline."""
+    async def _inline(
+        self, task: Task, ctx: ServerRequestContext[Any, Any], asked: set[str] | None = None
+    ) -> HandlerResult:
+        """Wait for a task whose client does not poll, and answer its result inline.
+
+        When the task needs input, the answer is an input-required result (MRTR) with
+        the task's outstanding requests and a ``requestState`` naming the task: the
+        client's retry resumes this same task (:meth:`_resume`), so it is never left
+        waiting for an answer nobody can give. Requests the retry already answered
+        (``asked``) are not asked again while the task works them in. A client of a protocol
+        without MRTR cannot be asked: the task is cancelled, and the call answers
+        ``-32021`` saying so.
+        """
         store = self.app.store
         while not task.status.terminal:
-            if task.status is Status.INPUT_REQUIRED:
-                raise MCPError(
-                    code=INTERNAL_ERROR,
-                    message=f"task {task.task_id} needs input, which only a client that "
-                    f"declares {TASKS_EXTENSION} can give",
+            if task.status is Status.INPUT_REQUIRED and not set(task.pending_input) <= (
+                asked or set()
+            ):
+                if ctx.protocol_version not in MODERN:
+                    # (Reached only on a server without extension.middleware(), which asks.)
+                    await self.legacy.strand(task, "this server cannot ask a legacy client")
+                requests = detailed_task(task, now=time.time(), poll_interval=1.0)
+                return InputRequiredResult(
+                    input_requests=requests["inputRequests"],
+                    request_state=TASK_STATE + task.task_id,
                 )
             await anyio.sleep(INLINE_POLL)
             task = await store.get(task.task_id)
-        if task.status is Status.COMPLETED:
-            return {"resultType": "complete", **self._wire(task)["result"]}
-        if task.status is Status.FAILED and task.error:
-            error = public_error(task.error, expose_crashes=self.expose_crashes)
-            raise MCPError(code=error["code"], message=error["message"], data=error.get("data"))
-        raise MCPError(code=INTERNAL_ERROR, message=f"task {task.task_id} was cancelled")
+        return _raise_outcome(tool_outcome(task, expose_crashes=self.expose_crashes))
 
 
 def keel_lifespan(

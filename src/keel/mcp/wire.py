@@ -10,6 +10,16 @@ against the spec's shapes directly.
 * ``tools/call`` answers a flat ``CreateTaskResult``: the same, with ``resultType: "task"``;
 * ``tasks/update`` carries ``inputResponses``: elicitation results, ``{action, content}``.
 
+**One shape per outcome.** Every handler of both protocol generations answers through two
+functions here, so a client sees the same thing whichever way it asked:
+
+* :func:`rpc_error` turns a Keel error into its JSON-RPC error, by the table
+  :data:`ERROR_CODES` (documented in ``docs/mcp.md``);
+* :func:`tool_outcome` turns a finished task into what its ``tools/call`` would have
+  answered: a ``CallToolResult`` (``isError`` results stay results) or a JSON-RPC error
+  (a ``failed`` task's error, code and message kept; a ``cancelled`` task's
+  :data:`TASK_CANCELLED`).
+
 A task that failed because its handler raised an unexpected exception carries
 ``data.exception`` (see :func:`keel.runtime.outcomes.crash_error`); on the wire its message
 says only which exception it was, unless the server exposes details: an exception's text
@@ -25,21 +35,85 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from keel.errors import InvalidPayload
-from keel.model import JsonObject, Status, Task
+from keel.errors import (
+    IdempotencyConflict,
+    InvalidPayload,
+    InvalidTransition,
+    KeelError,
+    TaskNotFound,
+)
+from keel.model import INTERNAL_ERROR, JsonObject, Status, Task
 
 __all__ = [
+    "ERROR_CODES",
+    "INVALID_PARAMS",
+    "NOT_FOUND",
     "TASKS_EXTENSION",
+    "TASK_CANCELLED",
+    "cancelled_error",
     "create_task_result",
     "detailed_task",
     "input_from_wire",
     "iso8601",
     "public_error",
+    "rpc_error",
+    "tool_outcome",
     "ttl_ms",
 ]
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 """The extension's identifier, under ``capabilities.extensions``."""
+
+INVALID_PARAMS = -32602  # JSON-RPC: the request's params are wrong
+TASK_CANCELLED = -32800
+"""The answer to a call whose task was cancelled (no spec defines one; -32800 is the
+"request cancelled" code of the Language Server Protocol, outside JSON-RPC's reserved
+range)."""
+NOT_FOUND = "Failed to retrieve task: Task not found"
+"""The one message for unknown, purged and other principals' tasks (the spec's text)."""
+
+ERROR_CODES: tuple[tuple[type[KeelError], int], ...] = (
+    (TaskNotFound, INVALID_PARAMS),
+    (InvalidPayload, INVALID_PARAMS),  # InputRejected, PayloadTooLarge: the field is named
+    (IdempotencyConflict, INVALID_PARAMS),
+    (InvalidTransition, INVALID_PARAMS),  # TaskAlreadyTerminal: names the status
+)
+"""Keel errors that a client caused, and their JSON-RPC codes; first match wins. Any
+other Keel error (a store failure, a lost lease) is the server's: ``-32603`` with a
+message that shows nothing of the server's internals."""
+
+STORE_FAILED = "the task store failed; the server's log has the details"
+
+
+def rpc_error(exc: KeelError) -> JsonObject:
+    """The JSON-RPC error ``{code, message}`` for a Keel error (see :data:`ERROR_CODES`)."""
+    if isinstance(exc, TaskNotFound):
+        return {"code": INVALID_PARAMS, "message": NOT_FOUND}
+    for kind, code in ERROR_CODES:
+        if isinstance(exc, kind):
+            return {"code": code, "message": str(exc)}
+    return {"code": INTERNAL_ERROR, "message": STORE_FAILED}
+
+
+def cancelled_error(task_id: str) -> JsonObject:
+    """The JSON-RPC error a cancelled task's call answers (the client helper raises it too)."""
+    return {"code": TASK_CANCELLED, "message": f"task {task_id} was cancelled"}
+
+
+def tool_outcome(task: Task, *, expose_crashes: bool = False) -> JsonObject:
+    """What a finished task's ``tools/call`` answers: ``{"result": CallToolResult}`` for a
+    completed task (``isError`` kept), else ``{"error": {code, message, data?}}``.
+
+    Raises:
+        ValueError: the task has not finished.
+    """
+    if task.status is Status.COMPLETED:
+        return {"result": _tool_result(task.result)}
+    if task.status is Status.FAILED:
+        return {"error": public_error(task.error, expose_crashes=expose_crashes)}
+    if task.status is Status.CANCELLED:
+        return {"error": cancelled_error(task.task_id)}
+    raise ValueError(f"task {task.task_id} has not finished: {task.status.value}")
 
 
 def iso8601(seconds: float) -> str:
@@ -104,12 +178,11 @@ def detailed_task(
             for key, request in task.pending_input.items()
         }
     elif task.status is Status.COMPLETED:
-        wire["result"] = _tool_result(task.result)
+        wire.update(tool_outcome(task))
     elif task.status is Status.FAILED:
-        error = public_error(task.error, expose_crashes=expose_crashes)
-        wire["error"] = error
-        if error != task.error:
-            wire["statusMessage"] = f"failed: {error['message']}"
+        wire.update(tool_outcome(task, expose_crashes=expose_crashes))
+        if wire["error"] != task.error:
+            wire["statusMessage"] = f"failed: {wire['error']['message']}"
     return wire
 
 

@@ -16,6 +16,7 @@ from keel.errors import (
     StoreError,
     TaskAlreadyTerminal,
     TaskNotFound,
+    UnknownInputKey,
 )
 from keel.model.task import (
     DEFAULT_INPUT_KEY,
@@ -58,5 +59,6 @@ __all__ = [
     "Task",
     "TaskAlreadyTerminal",
     "TaskNotFound",
+    "UnknownInputKey",
     "can_move",
 ]

@@ -5,12 +5,12 @@ from __future__ import annotations
 import functools
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from keel.errors import InputRejected, InvalidPayload, PayloadTooLarge
-from keel.model.task import JsonObject, JsonValue
+from keel.errors import InputRejected, InvalidPayload, PayloadTooLarge, UnknownInputKey
+from keel.model.task import JsonObject, JsonValue, Task
 
 if TYPE_CHECKING:
     from jsonschema import Draft202012Validator
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Limits",
     "canonical",
+    "check_answer_keys",
     "check_key",
     "check_schema",
     "describe_schema",
@@ -193,3 +194,19 @@ def check_seconds(value: object, what: str, *, allow_zero: bool = True) -> float
     if value < 0 or (value == 0 and not allow_zero):
         raise InvalidPayload(f"{what} must be {'>= 0' if allow_zero else '> 0'}, not {value!r}")
     return float(value)
+
+
+def check_answer_keys(task: Task, keys: Collection[str]) -> None:
+    """Refuse answers to a waiting task none of whose keys is an open input request.
+
+    The store ignores answers to keys that are unknown or already answered (``tasks/update``
+    must, per the spec); callers that a person drives (``Keel.answer``, ``keel tasks
+    answer``) check first, so that a mistake is reported instead of silently dropped.
+
+    Raises:
+        UnknownInputKey: no key names a pending request; the error names those expected.
+    """
+    pending = task.pending_input
+    if not any(key in pending for key in keys):
+        answered = [key for key in task.input_requests if key not in pending]
+        raise UnknownInputKey(task.task_id, list(keys), list(pending), answered)

@@ -7,12 +7,13 @@ and cancellation at their next await.
 
 from keel.runtime.app import Keel, TaskDefinition, TaskOptions, load_app
 from keel.runtime.context import TaskContext
-from keel.runtime.outcomes import InputDeclined, TaskFailed, ToolError, ToolResult
+from keel.runtime.outcomes import InputDeclined, ResultShape, TaskFailed, ToolError, ToolResult
 from keel.runtime.worker import Worker
 
 __all__ = [
     "InputDeclined",
     "Keel",
+    "ResultShape",
     "TaskContext",
     "TaskDefinition",
     "TaskFailed",

@@ -14,7 +14,8 @@ from typing import Any, Literal, TypeVar
 
 from keel.errors import ConfigurationError, InvalidPayload
 from keel.model import InputRequest, JsonObject, JsonValue, Status, Task
-from keel.model.validation import check_key, check_schema, validate_input
+from keel.model.validation import check_answer_keys, check_key, check_schema, validate_input
+from keel.runtime.outcomes import ResultShape
 from keel.store import Clock, Store, open_store
 from keel.store.locations import parse_location, resolve_location
 
@@ -63,6 +64,9 @@ class TaskDefinition:
     name: str
     handler: Handler
     options: TaskOptions
+    output: ResultShape | None = None
+    """What the handler's return annotation promises (its tool's ``outputSchema``), if
+    it is a typed object; see :class:`~keel.runtime.outcomes.ResultShape`."""
 
     def check_arguments(self, arguments: Mapping[str, Any]) -> None:
         """Raises InvalidPayload (InputRejected) naming the field if the arguments are wrong."""
@@ -140,7 +144,8 @@ class Keel:
         """Register ``async def handler(ctx, **arguments)`` as the task ``name``.
 
         Raises:
-            ConfigurationError: a duplicate name, a handler that is not async, bad options.
+            ConfigurationError: a duplicate name, a handler that is not async, bad options,
+                a return annotation that cannot be evaluated or has no JSON Schema.
         """
 
         def register(handler: H) -> H:
@@ -159,6 +164,7 @@ class Keel:
                     f"inline_within must be between 0 and {MAX_INLINE_WITHIN:g} seconds"
                 )
             schema = None if input_schema is None else check_schema(input_schema, "input_schema")
+            output = ResultShape.of(task_name, handler)
             self._tasks[task_name] = TaskDefinition(
                 task_name,
                 handler,
@@ -173,7 +179,7 @@ class Keel:
                     retry_base=retry_base,
                     retry_cap=retry_cap,
                     inline_within=inline_within,
-                    description=description or inspect.getdoc(handler),
+                    description=inspect.cleandoc(description or handler.__doc__ or "") or None,
                     ask_first=(
                         None
                         if not ask_first
@@ -183,6 +189,7 @@ class Keel:
                         }
                     ),
                 ),
+                output,
             )
             return registered
 
@@ -247,11 +254,16 @@ class Keel:
     ) -> Task:
         """Give a waiting task some or all of its input (``Store.provide_input``); a task
         that has all it asked for is ready again, and this process's workers hear of it
-        at once.
+        at once. ``answers`` are keyed by input request: ``{"input-1": {"service": "x"}}``.
 
         Raises:
+            UnknownInputKey: no key of ``answers`` (or ``declined``) is an open request of
+                the waiting task (nothing changes; the error names the keys expected).
             TaskNotFound, InvalidTransition, InputRejected: as ``Store.provide_input``.
         """
+        waiting = await self.store.get(task_id, owner=owner)
+        if waiting.status is Status.INPUT_REQUIRED:
+            check_answer_keys(waiting, [*answers, *(declined or {})])
         task = await self.store.provide_input(task_id, answers, owner=owner, declined=declined)
         if task.status is Status.WORKING:
             self._ready()

@@ -1,6 +1,9 @@
 """How a handler's ending becomes a task's outcome.
 
 * a returned value -> ``completed`` with a tool result (``content`` + ``structuredContent``);
+  a handler whose return annotation is a typed object (:class:`ResultShape`) promises its
+  ``outputSchema``, and every value it returns is turned into structured content that
+  matches it (or the task fails, saying which field did not);
 * :class:`ToolError` -> ``completed`` with ``isError: true``: a domain error the model
   should see, as MCP asks (not a failure of the task machinery);
 * :class:`TaskFailed` -> ``failed`` at once with that JSON-RPC error (no retry);
@@ -9,15 +12,36 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
+import sys
+import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from keel.errors import KeelError
+import typing_extensions
+
+from keel.errors import ConfigurationError, KeelError
 from keel.model import INTERNAL_ERROR, JsonObject, JsonValue
 
-__all__ = ["InputDeclined", "TaskFailed", "ToolError", "ToolResult", "backoff", "tool_result"]
+if TYPE_CHECKING:
+    from jsonschema import Draft202012Validator
+    from pydantic import BaseModel, TypeAdapter
+    from pydantic.json_schema import GenerateJsonSchema
+
+__all__ = [
+    "InputDeclined",
+    "ResultShape",
+    "TaskFailed",
+    "ToolError",
+    "ToolResult",
+    "backoff",
+    "tool_result",
+]
+
+S = TypeVar("S")
 
 
 class ToolError(Exception):
@@ -50,24 +74,212 @@ class InputDeclined(KeelError):
 
 
 @dataclass(frozen=True, slots=True)
-class ToolResult:
-    """An explicit tool result: text for people, structured content for programs."""
+class ToolResult(Generic[S]):
+    """An explicit tool result: text for people, structured content for programs.
+
+    Annotate a handler ``-> ToolResult[Report]`` (``Report`` a typed object, as for
+    :class:`ResultShape`) to give its tool an ``outputSchema``: ``structured`` is then
+    required and checked against it.
+    """
 
     text: str
-    structured: JsonObject | None = None
+    structured: S | None = None
     extra_content: list[JsonObject] = field(default_factory=list)
 
 
-def tool_result(value: Any) -> JsonObject:
-    """A handler's return value as a tool result (MCP ``CallToolResult`` shape)."""
+class ResultShape:
+    """The JSON object a handler promises by its return annotation, and its schema.
+
+    A TypedDict (``typing_extensions.TypedDict`` below Python 3.12, as pydantic asks), a
+    pydantic model, a dataclass or ``dict[str, X]``, returned as is or as
+    ``ToolResult[T]``, makes the handler's tool advertise :attr:`schema` as its
+    ``outputSchema``; :meth:`structured` turns each returned value into the
+    ``structuredContent`` that matches it: the value as its declared type (keys a
+    TypedDict does not declare are left out, as the MCP SDK does), in JSON. Other
+    annotations (``str``, none, ``ToolResult``) promise nothing: no ``outputSchema``.
+    """
+
+    def __init__(self, task: str, annotation: Any) -> None:
+        from pydantic import PydanticUserError, TypeAdapter  # only for typed handlers
+
+        self.task = task
+        self.type = annotation
+        try:
+            self.adapter: TypeAdapter[Any] = TypeAdapter(annotation)
+            self.model = _stand_in(task, self.adapter)
+            """A model whose schema is the result type's (a tool's return annotation)."""
+            schema = TypeAdapter(self.model).json_schema(schema_generator=_strict_generator())
+        except (PydanticUserError, TypeError, NameError, ValueError) as exc:
+            raise ConfigurationError(
+                f"task {task!r} returns {_name(annotation)}, which has no JSON Schema: {exc}"
+            ) from exc
+        self.schema: JsonObject = _inline_root(schema)
+        """The ``outputSchema``: what the MCP SDK publishes for :attr:`model`, exactly."""
+        # pydantic dumps a value as its serialization schema describes; where that differs
+        # from the published (validation) schema — computed fields, custom serializers —
+        # each result is checked against the published one as well (jsonschema: ~40 times
+        # the cost of the dump, so not where the two schemas agree).
+        self.checked = self.adapter.json_schema(mode="serialization") != self.adapter.json_schema()
+        self._validator: Draft202012Validator | None = None
+
+    @classmethod
+    def of(cls, task: str, handler: Callable[..., Any]) -> ResultShape | None:
+        """The shape ``handler``'s return annotation promises, or None.
+
+        Raises:
+            ConfigurationError: the annotation cannot be evaluated, or its type has no
+                JSON Schema.
+        """
+        annotation = _return_annotation(task, handler)
+        if annotation is ToolResult:
+            return None  # structured content of any shape, or none
+        if typing.get_origin(annotation) is ToolResult:
+            (annotation,) = typing.get_args(annotation)
+        return cls(task, annotation) if _is_object_type(annotation) else None
+
+    def structured(self, value: Any) -> JsonObject:
+        """``value`` as structured content matching :attr:`schema`.
+
+        Raises:
+            TaskFailed: the value is not of the promised type (the task fails at once: a
+                retry would return the same).
+        """
+        from pydantic import ValidationError
+
+        try:
+            content = self.adapter.dump_python(
+                self.adapter.validate_python(value), mode="json", by_alias=True
+            )
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(map(str, first["loc"])) or "the value"
+            raise TaskFailed(
+                f"the result of task {self.task!r} does not match its outputSchema: "
+                f"{where}: {first['msg']}"
+            ) from exc
+        problem = self._check(content) if self.checked else None
+        if problem is not None:
+            raise TaskFailed(
+                f"the result of task {self.task!r} does not match its outputSchema: {problem}"
+            )
+        return typing.cast(JsonObject, content)
+
+    def _check(self, content: Any) -> str | None:
+        if self._validator is None:
+            from jsonschema import Draft202012Validator
+
+            self._validator = Draft202012Validator(self.schema)
+        error = next(iter(self._validator.iter_errors(content)), None)
+        return None if error is None else f"{error.json_path}: {error.message}"
+
+
+def _stand_in(task: str, adapter: TypeAdapter[Any]) -> type[BaseModel]:
+    """A model whose JSON Schema is the result type's: what a tool's stand-in function
+    declares as its return type, since the MCP SDK derives a tool's outputSchema from
+    that annotation only (it has no parameter for one), and cannot derive one from every
+    type accepted here (a slots dataclass, say). pydantic's schema hook is the seam: the
+    schema is generated from the result type's own core schema, within the generator the
+    SDK runs, so what it publishes is :attr:`ResultShape.schema`."""
+    from pydantic import BaseModel, GetJsonSchemaHandler
+    from pydantic.json_schema import JsonSchemaValue
+    from pydantic_core import CoreSchema
+
+    core = adapter.core_schema
+
+    class Output(BaseModel):
+        @classmethod
+        def __get_pydantic_json_schema__(
+            cls, _core_schema: CoreSchema, handler: GetJsonSchemaHandler
+        ) -> JsonSchemaValue:
+            return handler(core)
+
+    Output.__name__ = Output.__qualname__ = f"{task}Output"
+    return Output
+
+
+def _strict_generator() -> type[GenerateJsonSchema]:
+    """A schema generator that raises where pydantic would warn (a default that is not
+    JSON, say), as the MCP SDK's does: such a type is refused at registration here rather
+    than when a server is built."""
+    from pydantic.json_schema import GenerateJsonSchema, JsonSchemaWarningKind
+
+    class Strict(GenerateJsonSchema):
+        def emit_warning(self, kind: JsonSchemaWarningKind, detail: str) -> None:
+            raise ValueError(f"{kind}: {detail}")
+
+    return Strict
+
+
+def _return_annotation(task: str, handler: Callable[..., Any]) -> Any:
+    """The handler's return annotation, evaluated (only it: parameters may name types
+    imported for type checkers only)."""
+    raw = getattr(handler, "__annotations__", {}).get("return")
+    if not isinstance(raw, str):
+        return raw
+
+    def probe() -> None: ...
+
+    probe.__annotations__ = {"return": raw}
+    try:
+        return typing.get_type_hints(probe, globalns=getattr(handler, "__globals__", None))[
+            "return"
+        ]
+    except (NameError, SyntaxError, TypeError) as exc:
+        raise ConfigurationError(
+            f"cannot evaluate the return annotation {raw!r} of task {task!r}: {exc} "
+            "(define the type at module level)"
+        ) from exc
+
+
+def _is_object_type(annotation: Any) -> bool:
+    """Whether values of ``annotation`` are JSON objects of a declared shape."""
+    if typing.get_origin(annotation) is dict:
+        return typing.get_args(annotation)[:1] == (str,)
+    if not isinstance(annotation, type):
+        return False
+    if dataclasses.is_dataclass(annotation) or typing_extensions.is_typeddict(annotation):
+        return True
+    pydantic = sys.modules.get("pydantic")  # a pydantic model implies pydantic is loaded
+    return pydantic is not None and issubclass(annotation, pydantic.BaseModel)
+
+
+def _inline_root(schema: JsonObject) -> JsonObject:
+    """An object root for a schema whose root is a bare ``$ref`` (a self-referential
+    model), as MCP's ``outputSchema`` needs; ``$defs`` stays for the nested references.
+    The MCP SDK does the same to the schema it publishes."""
+    ref = schema.get("$ref")
+    prefix = "#/$defs/"
+    if not isinstance(ref, str) or not ref.startswith(prefix):
+        return schema
+    definitions = typing.cast(JsonObject, schema["$defs"])
+    siblings = {key: value for key, value in schema.items() if key != "$ref"}
+    return {**typing.cast(JsonObject, definitions[ref.removeprefix(prefix)]), **siblings}
+
+
+def _name(annotation: Any) -> str:
+    return getattr(annotation, "__name__", None) or repr(annotation)
+
+
+def tool_result(value: Any, shape: ResultShape | None = None) -> JsonObject:
+    """A handler's return value as a tool result (MCP ``CallToolResult`` shape).
+
+    With the handler's ``shape``, the structured content is made to match its
+    ``outputSchema`` (see :class:`ResultShape`); the one place results get it.
+
+    Raises:
+        TaskFailed: the value does not match ``shape``.
+    """
     if isinstance(value, ToolResult):
+        structured = value.structured if shape is None else shape.structured(value.structured)
         result: JsonObject = {
             "content": [{"type": "text", "text": value.text}, *value.extra_content],
             "isError": False,
         }
-        if value.structured is not None:
-            result["structuredContent"] = value.structured
+        if structured is not None:
+            result["structuredContent"] = structured
         return result
+    if shape is not None:
+        value = shape.structured(value)
     if isinstance(value, str):
         return {"content": [{"type": "text", "text": value}], "isError": False}
     text = json.dumps(value, ensure_ascii=False)

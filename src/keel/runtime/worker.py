@@ -336,7 +336,7 @@ class Worker:
                     if deadline.cancelled_caught:
                         outcome = ("retry", _deadline_error(options.deadline_seconds))
                     else:
-                        outcome = ("complete", tool_result(value))
+                        outcome = ("complete", tool_result(value, definition.output))
                 except Parked:
                     outcome = ("parked", None)
                 except ToolError as exc:
