@@ -191,7 +191,10 @@ class Matrix:
             return self.keel(
                 "serve", "--data-dir", str(self.bridge_data), "--store", store, "--pace", "0.2"
             )
-        return self.keel("serve", "--app", app, "--store", store)
+        # Its own data folder (the key that seals requestState lives there): the same on
+        # a restart, and nothing written under the current directory.
+        data = str(Path(store).with_suffix("")) + "-data"
+        return self.keel("serve", "--app", app, "--store", store, "--data-dir", data)
 
     def server(self, name: str, app: str) -> Server:
         return Server(name, self.serve_argv(app, self.store(name)), self.env, self.work)

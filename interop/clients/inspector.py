@@ -35,8 +35,11 @@ def run(target: dict[str, Any], op: dict[str, Any], timeout: float) -> dict[str,
     done = subprocess.run(  # noqa: S603 - the driver's own command line
         argv, capture_output=True, text=True, timeout=timeout, env=target.get("env"), check=False
     )
-    for line in done.stdout.splitlines():
-        message = json.loads(line) if line.startswith("{") else {}
+    for line in (done.stdout + "\n" + done.stderr).splitlines():  # errors go to stderr
+        try:
+            message = json.loads(line) if line.startswith("{") else {}
+        except json.JSONDecodeError:
+            continue
         if "result" in message:
             result = message["result"]
             text = "\n".join(b.get("text", "") for b in result.get("content", []))
@@ -44,7 +47,8 @@ def run(target: dict[str, Any], op: dict[str, Any], timeout: float) -> dict[str,
         if "error" in message:
             error = message["error"]
             code = error.get("code") if isinstance(error.get("code"), int) else None
-            return {"error": {"code": code, "message": str(error.get("message"))}}
+            message = f"exit {done.returncode}: {error.get('message')}"
+            return {"error": {"code": code, "message": message}}
     tail = (done.stderr or done.stdout)[-300:]
     return {"error": {"code": None, "message": f"exit {done.returncode}: {tail}"}}
 

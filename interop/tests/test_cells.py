@@ -49,11 +49,19 @@ def test_na_is_reported_as_the_client_said_it() -> None:
 
 
 def test_a_documented_defect_of_the_other_side_replaces_fail_for_that_client_only() -> None:
-    hung = {"error": {"code": None, "message": "the CLI printed nothing"}}
-    (client, op), note = next(iter(OTHER_SIDE.items()))
-    row = f"{client} · stdio · conformance"
-    assert judge(op, PLAN[op], hung, row) == f"other side: {note}"
-    assert judge(op, PLAN[op], hung, ROW).startswith("FAIL")
+    hung = {"error": {"code": None, "message": "the CLI printed nothing and was stopped"}}
+    _, note = OTHER_SIDE[("inspector", "input")]
+    row = "inspector · stdio · conformance"
+    assert judge("input", PLAN["input"], hung, row) == f"other side: {note}"
+    assert judge("input", PLAN["input"], hung, ROW).startswith("FAIL")
+
+
+def test_a_known_client_with_another_failure_still_fails() -> None:
+    failed = {"error": {"code": -32603, "message": "MCP error -32603: Task 01abc failed"}}
+    row = "ts-sdk1 · http · conformance"
+    assert judge("failed", PLAN["failed"], failed, row).startswith("other side: sdk 1.32.2")
+    other = {"error": {"code": -32601, "message": "Method not found"}}
+    assert judge("failed", PLAN["failed"], other, row).startswith("FAIL")
 
 
 def test_a_restart_passes_only_if_the_store_saw_the_kill_hit_both_tasks() -> None:
