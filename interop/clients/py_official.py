@@ -68,7 +68,9 @@ class Row:
 
     async def restart(self, op: dict[str, Any]) -> dict[str, Any]:
         if not self.ext:
-            return {"na": "no task to hold across a restart without the extension"}
+            # Its waiting question does survive a SIGKILL (the MRTR retry carries a
+            # requestState sealed with the store's key): tests/acceptance/test_serve_http.py.
+            return {"na": "no task handle to follow a running task without the extension"}
         self.answer = op.get("answer")
         ready = False
         try:  # the connection stays open while the server is killed under it
