@@ -8,22 +8,23 @@ Method (docs/bridge.md has the long version):
    which the symptomatic service's own spans leave their usual range (error rate, or
    median latency); the *baseline* window is the 28 minutes ending 2 minutes before it,
    the *during* window the 10 minutes from it.
-3. **collect-evidence**: every request of the symptomatic service in both windows, with
-   its whole trace: the exclusive time of each span charged to its service, or to the
-   dependency (database, queue, cache, external API) a client span calls; each failed
-   request blamed on where its failure started (``keel.bridge.evidence``).
-4. **score-suspects**: for every service and dependency, how much of the symptom's
-   change (extra failures, extra time per request) its own change accounts for, and how
-   sure that change is (z against the baseline's request-to-request variation).
+3. **collect-evidence**: every span of both windows, cut into calls and charged to its
+   entity: a service for its own (exclusive) time, or the dependency (database, queue,
+   cache, external API) a client span calls; where each failure started; and how the
+   symptomatic service's requests reach each entity (``keel.bridge.evidence``).
+4. **score-suspects**: every entity those requests reach, judged by its own calls
+   against its own baseline (median own time per call, share of calls where failures
+   start; no gate on the path), with the impact of its change on the symptom (time added,
+   requests failed) and its share of all the evidence.
 5. **correlate-changes**: deploys and configuration changes before the onset, each
    related to the suspects it could explain (its own service, or a dependency its
    service calls), weighted by how plausibly its timing explains the onset (slow leaks
    included: up to 90 minutes).
 6. **rank-hypotheses**: a change of a suspect explains it best; a suspect with no
    change failed on its own; a change with no anomaly on or below its service raises
-   nothing. The confidence is the top cause's share of the evidence against its best
-   rival; when the symptom did not change, or nothing accounts for it, the answer is
-   "no clear cause", with what was checked. Every claim cites ids (incident, spans,
+   nothing. The confidence grows with the top suspect's share of the evidence, how sure
+   its change is and whether it shows in the symptom; when nothing the symptom's
+   requests reach changed, the answer is "no clear cause", with what was checked. Every claim cites ids (incident, spans,
    deploys) that the plain tools resolve.
 """
 
