@@ -492,7 +492,7 @@ ALL: tuple[Requirement, ...] = (
         "Servers push notifications/tasks (a full DetailedTask) on a subscriptions/listen stream.",
         "B4 notifications [X §Task Status Notifications]",
         deviation="not implemented: the SDK's subscriptions/listen serves a closed event union "
-        "and drops taskIds from its acknowledgement (docs/dev/mcp-sdk-v2-notes.md §7); the "
+        "and drops taskIds from its acknowledgement (mcp 2.3.0, mcp/server/subscriptions.py); the "
         "conformance suite skips tasks-status-notifications. Clients poll tasks/get.",
     ),
     Requirement(
@@ -502,7 +502,7 @@ ALL: tuple[Requirement, ...] = (
         "B4 notifications [X]",
         deviation="no task notifications are offered at all (B4.17): subscriptions/listen is "
         "the SDK's, which acknowledges only the core filters it honours and drops taskIds "
-        "from its acknowledgement whoever asks (docs/dev/mcp-sdk-v2-notes.md §7), so nothing "
+        "from its acknowledgement whoever asks (mcp/server/subscriptions.py), so nothing "
         "is subscribed, but no -32021 is sent either. Owed together with B4.17.",
     ),
     Requirement(

@@ -24,8 +24,8 @@ Method (docs/bridge.md has the long version):
    change failed on its own; a change with no anomaly on or below its service raises
    nothing. The confidence grows with the top suspect's share of the evidence, how sure
    its change is and whether it shows in the symptom; when nothing the symptom's
-   requests reach changed, the answer is "no clear cause", with what was checked. Every claim cites ids (incident, spans,
-   deploys) that the plain tools resolve.
+   requests reach changed, the answer is "no clear cause", with what was checked.
+   Every claim cites ids (incident, spans, deploys) that the plain tools resolve.
 """
 
 from __future__ import annotations
