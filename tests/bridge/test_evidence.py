@@ -190,3 +190,51 @@ def test_entity_names() -> None:
     assert entity_of(call, False, services) == ("pg-orders", DEPENDENCY)
     assert entity_of(call, True, services) == ("orders", SERVICE)  # answered: the network
     assert entity_of(host, False, services) == ("billing", SERVICE)
+
+
+def test_a_change_short_of_sure_is_a_lead_not_a_cause() -> None:
+    """An entity a little slower (z about 2.4, x1.2): no clear cause (root_cause null,
+    confidence 0), but the entity is listed as a weak signal to look at."""
+
+    def calls(n: int, mean_log: float, median: float) -> dict[str, Any]:
+        return {
+            "calls": n,
+            "median_ms": median,
+            "mean_log": mean_log,
+            "sd_log": 1.0,
+            "failures": 0,
+            "failure_rate": 0.0,
+        }
+
+    entity = {
+        "kind": "service",
+        "baseline": calls(100, 0.0, 10.0),
+        "during": calls(40, 0.45, 12.0),
+        "calls_per_request": 1.0,
+        "reach": 1.0,
+        "propagation": 1.0,
+        "exemplars": [],
+    }
+    window = {"requests": 100, "failed": 0, "error_rate": 0.0, "median_ms": 20.0}
+    evidence = {
+        "sampled": 1.0,
+        "symptom": {"baseline": window, "during": {**window, "requests": 40}},
+        "entities": {"orders": entity},
+        "callers": {"orders": ["edge"]},
+    }
+    scores = score_suspects(evidence)
+    assert scores["suspects"] == {}
+    assert list(scores["weak"]) == ["orders"]
+    windows = {
+        "service": "edge",
+        "onset": "T",
+        "how": "test",
+        "baseline": list(BASELINE),
+        "during": list(DURING),
+    }
+    result = rank_hypotheses(
+        {"id": "INC-1", "title": "t", "opened_at": "T"}, windows, evidence, scores, {"changes": []}
+    )
+    assert (result["root_cause"], result["confidence"]) == (None, 0.0)
+    assert [(h["kind"], h["service"]) for h in result["hypotheses"]] == [("weak_signal", "orders")]
+    assert "Weak signals" in result["conclusion"]

@@ -40,7 +40,7 @@ from keel.bridge.core import Bridge
 from keel.bridge.errors import UnknownService
 from keel.bridge.evidence import DEPENDENCY, gather
 from keel.bridge.records import NS_PER_MINUTE, format_time, parse_time
-from keel.bridge.report import Citations, keep_cited, render, when
+from keel.bridge.report import Citations, keep_cited, render, tell, weak_leads
 
 __all__ = [
     "PHASES",
@@ -71,6 +71,9 @@ MIN_CALLS = 20  # baseline calls an entity needs to be judged
 FAILURE_FLOOR = 0.02  # failures of a request taken as usual at least (impact's scale)
 NOTICED = 0.05  # weight of a sure change that does not show in the symptom's numbers
 MIN_SHARE = 0.02  # share of all the evidence a suspect needs to be listed
+WEAK = 2.0  # z from which a change short of sure is listed as a weak signal
+WEAK_RATIO = 1.15  # ratio of median own time per call a weak signal needs
+MAX_WEAK = 3  # weak signals listed when there is no clear cause
 MAX_HYPOTHESES = 6  # hypotheses a result lists
 OWN = 0.7  # weight of "the suspect failed on its own" against a change that explains it
 RELATIONS = {"own": 1.0, "caller": 0.45, "upstream": 0.15}
@@ -240,6 +243,7 @@ def score_suspects(evidence: Mapping[str, Any]) -> Json:
     usual_ms = max(symptom["baseline"]["median_ms"], 1.0)
     usual_failures = max(symptom["baseline"]["error_rate"], FAILURE_FLOOR)
     impacts: Json = {}
+    weak: Json = {}
     for name, entity in evidence["entities"].items():
         if entity["reach"] <= 0:
             continue  # the symptom's requests never reach it: it explains nothing here
@@ -253,6 +257,13 @@ def score_suspects(evidence: Mapping[str, Any]) -> Json:
             delta = entity["during"]["failure_rate"] - entity["baseline"]["failure_rate"]
             failing = entity["reach"] * delta * entity["propagation"]
         if not (change["slower"] or change["failing"]):
+            if _weak(change):
+                weak[name] = {
+                    "kind": entity["kind"],
+                    "z": round(max(change["time_z"], change["failure_z"]), 2),
+                    "reach": round(entity["reach"], 4),
+                    "signals": _weak_signals(name, change),
+                }
             continue
         impact = added_ms / usual_ms + failing / usual_failures
         # A sure change of something the symptom's requests reach counts a little even
@@ -290,7 +301,26 @@ def score_suspects(evidence: Mapping[str, Any]) -> Json:
             ],
         },
         "suspects": suspects,
+        "weak": dict(sorted(weak.items(), key=lambda kv: (-kv[1]["z"], kv[0]))[:MAX_WEAK]),
     }
+
+
+def _weak(change: Mapping[str, Any]) -> bool:
+    """A change short of sure (z from WEAK to SURE) but in the right direction."""
+    if "ratio" not in change:
+        return False
+    p0, p1 = change["failure_rate"]
+    slower = change["time_z"] >= WEAK and change["ratio"] >= WEAK_RATIO
+    failing = change["failure_z"] >= WEAK and p1 - p0 >= MORE_FAILURES / 2
+    return bool(slower or failing)
+
+
+def _weak_signals(name: str, change: Mapping[str, Any]) -> list[str]:
+    (m0, m1), (p0, p1) = change["median_ms"], change["failure_rate"]
+    return [
+        f"{name}: own time per call {m0:.1f} -> {m1:.1f} ms (z {change['time_z']:.1f}); "
+        f"failures starting there {p0:.1%} -> {p1:.1%} (z {change['failure_z']:.1f})"
+    ]
 
 
 def _signals(name: str, entity: Mapping[str, Any], change: Mapping[str, Any]) -> list[str]:
@@ -454,7 +484,7 @@ def rank_hypotheses(
         ):
             distinct.append(hypothesis)
     hypotheses = [
-        _told(h, rank, cites, windows, evidence, scores) for rank, h in enumerate(distinct, 1)
+        tell(h, rank, cites, windows, evidence, scores) for rank, h in enumerate(distinct, 1)
     ]
     top = hypotheses[0] if hypotheses else None
     if top is not None:
@@ -463,6 +493,10 @@ def rank_hypotheses(
     else:
         confidence = 0.0
         conclusion = f"No clear cause for {incident['id']}: {_why_none(scores, windows)}"
+        hypotheses = weak_leads(scores, cites, windows, evidence)
+        if hypotheses:
+            names = ", ".join(h["service"] for h in hypotheses)
+            conclusion += f" Weak signals, short of sure, worth a look: {names}."
     incident_claim = {
         "text": f"{incident['id']} ({incident['title']}) opened at {incident['opened_at']}; "
         f"onset of the trouble on {symptom} at {windows['onset']} ({windows['how']})",
@@ -487,6 +521,7 @@ def rank_hypotheses(
         "hypotheses": hypotheses,
         "symptom": scores["symptom"],
         "suspects": scores["suspects"],
+        "weak": scores.get("weak", {}),
         "sampled": evidence["sampled"],
         "citations": citations,
     }
@@ -504,85 +539,6 @@ def _why_none(scores: Mapping[str, Any], windows: Mapping[str, Any]) -> str:
         f"enough around {windows['onset']} to account for the incident ({checked}); no "
         "change stands out."
     )
-
-
-def _path(windows: Mapping[str, Any], evidence: Mapping[str, Any], target: str) -> list[str]:
-    """The call path from the symptomatic service down to ``target``."""
-    start = windows["service"]
-    callees: dict[str, list[str]] = {}
-    for callee, callers in evidence["callers"].items():
-        for caller in callers:
-            callees.setdefault(caller, []).append(callee)
-    paths, queue = {start: [start]}, [start]
-    while queue:
-        here = queue.pop(0)
-        for callee in sorted(callees.get(here, [])):
-            if callee not in paths:
-                paths[callee] = [*paths[here], callee]
-                queue.append(callee)
-    return paths.get(target, [start] if target == start else [start, target])
-
-
-def _told(  # noqa: PLR0917 - one hypothesis and everything needed to tell it
-    hypothesis: Json,
-    rank: int,
-    cites: Citations,
-    windows: Mapping[str, Any],
-    evidence: Mapping[str, Any],
-    scores: Mapping[str, Any],
-) -> Json:
-    """A ranked hypothesis as the result shows it: summary, claims, citations."""
-    suspect = hypothesis["suspect"]
-    facts = scores["suspects"][suspect]
-    target = "dependency" if facts["kind"] == DEPENDENCY else "service"
-    exemplars = evidence["entities"][suspect]["exemplars"][:2]
-    label = f"call to {suspect}" if target == "dependency" else suspect
-    claims = [
-        {
-            "text": f"{suspect}: {'; '.join(facts['signals'])} (baseline vs. during); it "
-            f"accounts for {facts['share']:.0%} of the change of {windows['service']}",
-            "citations": [cites.span(label, e) for e in exemplars]
-            or [cites.window(windows["service"], windows["during"], "during")],
-        }
-    ]
-    path = _path(windows, evidence, suspect)
-    if len(path) > 1:
-        claims.append(
-            {"text": "call path: " + " -> ".join(path), "citations": claims[0]["citations"]}
-        )
-    change = hypothesis["change"]
-    if change is None:
-        what = "dependency" if target == "dependency" else hypothesis["kind"]
-        summary = f"{suspect} ({what}) degraded on its own, with no change of it before the onset"
-    else:
-        deploy = change["deploy"]
-        relation = change["explains"][suspect]
-        what = "configuration change" if deploy["kind"] == "config" else "deploy"
-        where = "" if relation == "own" else f", which explains the anomaly of {suspect}"
-        summary = (
-            f"{what} {deploy['id']} of {deploy['service']} ({deploy['summary']!r}, "
-            f"{when(change['minutes_before_onset'])}){where}"
-        )
-        claims.insert(
-            0,
-            {
-                "text": f"{deploy['id']} changed {deploy['service']} at {deploy['deployed_at']}, "
-                f"{when(change['minutes_before_onset'])}",
-                "citations": [cites.deploy(deploy)],
-            },
-        )
-    return {
-        "rank": rank,
-        "kind": hypothesis["kind"],
-        "service": hypothesis["service"],
-        "type": "service" if change is not None else target,
-        "deploy_id": hypothesis["deploy_id"],
-        "suspect": suspect,
-        "score": round(hypothesis["score"], 4),
-        "summary": summary,
-        "path": path,
-        "claims": claims,
-    }
 
 
 # --- the pipeline ----------------------------------------------------------------------

@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from keel.bridge.evidence import DEPENDENCY
 from keel.bridge.records import format_time
 
-__all__ = ["Citations", "keep_cited", "render", "when"]
+__all__ = ["Citations", "call_path", "keep_cited", "render", "tell", "weak_leads", "when"]
 
 Json = dict[str, Any]
 
@@ -122,3 +123,114 @@ def render(result: Mapping[str, Any]) -> str:
         args = ", ".join(f"{k}={v}" for k, v in c["arguments"].items())
         lines.append(f"  [{c['id']}] {c['kind']} {c['ref']}: {c['note']} ({c['tool']}: {args})")
     return "\n".join(lines)
+
+
+def weak_leads(
+    scores: Mapping[str, Any],
+    cites: Citations,
+    windows: Mapping[str, Any],
+    evidence: Mapping[str, Any],
+) -> list[Json]:
+    """With no clear cause, the changes short of sure, as unranked leads (score 0)."""
+    out = []
+    for rank, (name, weak) in enumerate(scores.get("weak", {}).items(), 1):
+        target = "dependency" if weak["kind"] == DEPENDENCY else "service"
+        label = f"call to {name}" if target == "dependency" else name
+        exemplars = evidence["entities"][name]["exemplars"][:2]
+        citations = [cites.span(label, e) for e in exemplars] or [
+            cites.window(windows["service"], windows["during"], "during")
+        ]
+        out.append(
+            {
+                "rank": rank,
+                "kind": "weak_signal",
+                "service": name,
+                "type": target,
+                "deploy_id": None,
+                "suspect": name,
+                "score": 0.0,
+                "summary": f"{name} changed a little (z {weak['z']:.1f}, short of sure)",
+                "path": call_path(windows, evidence, name),
+                "claims": [{"text": "; ".join(weak["signals"]), "citations": citations}],
+            }
+        )
+    return out
+
+
+def call_path(windows: Mapping[str, Any], evidence: Mapping[str, Any], target: str) -> list[str]:
+    """The call path from the symptomatic service down to ``target``."""
+    start = windows["service"]
+    callees: dict[str, list[str]] = {}
+    for callee, callers in evidence["callers"].items():
+        for caller in callers:
+            callees.setdefault(caller, []).append(callee)
+    paths, queue = {start: [start]}, [start]
+    while queue:
+        here = queue.pop(0)
+        for callee in sorted(callees.get(here, [])):
+            if callee not in paths:
+                paths[callee] = [*paths[here], callee]
+                queue.append(callee)
+    return paths.get(target, [start] if target == start else [start, target])
+
+
+def tell(  # noqa: PLR0917 - one hypothesis and everything needed to tell it
+    hypothesis: Json,
+    rank: int,
+    cites: Citations,
+    windows: Mapping[str, Any],
+    evidence: Mapping[str, Any],
+    scores: Mapping[str, Any],
+) -> Json:
+    """A ranked hypothesis as the result shows it: summary, claims, citations."""
+    suspect = hypothesis["suspect"]
+    facts = scores["suspects"][suspect]
+    target = "dependency" if facts["kind"] == DEPENDENCY else "service"
+    exemplars = evidence["entities"][suspect]["exemplars"][:2]
+    label = f"call to {suspect}" if target == "dependency" else suspect
+    claims = [
+        {
+            "text": f"{suspect}: {'; '.join(facts['signals'])} (baseline vs. during); it "
+            f"accounts for {facts['share']:.0%} of the change of {windows['service']}",
+            "citations": [cites.span(label, e) for e in exemplars]
+            or [cites.window(windows["service"], windows["during"], "during")],
+        }
+    ]
+    path = call_path(windows, evidence, suspect)
+    if len(path) > 1:
+        claims.append(
+            {"text": "call path: " + " -> ".join(path), "citations": claims[0]["citations"]}
+        )
+    change = hypothesis["change"]
+    if change is None:
+        what = "dependency" if target == "dependency" else hypothesis["kind"]
+        summary = f"{suspect} ({what}) degraded on its own, with no change of it before the onset"
+    else:
+        deploy = change["deploy"]
+        relation = change["explains"][suspect]
+        what = "configuration change" if deploy["kind"] == "config" else "deploy"
+        where = "" if relation == "own" else f", which explains the anomaly of {suspect}"
+        summary = (
+            f"{what} {deploy['id']} of {deploy['service']} ({deploy['summary']!r}, "
+            f"{when(change['minutes_before_onset'])}){where}"
+        )
+        claims.insert(
+            0,
+            {
+                "text": f"{deploy['id']} changed {deploy['service']} at {deploy['deployed_at']}, "
+                f"{when(change['minutes_before_onset'])}",
+                "citations": [cites.deploy(deploy)],
+            },
+        )
+    return {
+        "rank": rank,
+        "kind": hypothesis["kind"],
+        "service": hypothesis["service"],
+        "type": "service" if change is not None else target,
+        "deploy_id": hypothesis["deploy_id"],
+        "suspect": suspect,
+        "score": round(hypothesis["score"], 4),
+        "summary": summary,
+        "path": path,
+        "claims": claims,
+    }

@@ -13,9 +13,20 @@ from typing import Literal
 # pydantic reads TypedDicts from typing_extensions only, below Python 3.12.
 from typing_extensions import TypedDict
 
-__all__ = ["Citation", "Claim", "Diagnosis", "Hypothesis", "RootCause", "Suspect", "Symptom"]
+__all__ = [
+    "Citation",
+    "Claim",
+    "Diagnosis",
+    "Hypothesis",
+    "RootCause",
+    "Suspect",
+    "Symptom",
+    "WeakSignal",
+]
 
-Kind = Literal["config_change", "bad_deploy", "saturation", "degradation", "dependency"]
+Kind = Literal[
+    "config_change", "bad_deploy", "saturation", "degradation", "dependency", "weak_signal"
+]
 
 
 class Citation(TypedDict):
@@ -94,6 +105,15 @@ class Suspect(TypedDict):
     signals: list[str]
 
 
+class WeakSignal(TypedDict):
+    """A change short of sure (z from 2 to 3), listed only when there is no clear cause."""
+
+    kind: Literal["service", "dependency"]
+    z: float
+    reach: float
+    signals: list[str]
+
+
 class Diagnosis(TypedDict):
     """The cited conclusion of a root-cause diagnosis."""
 
@@ -109,5 +129,6 @@ class Diagnosis(TypedDict):
     hypotheses: list[Hypothesis]
     symptom: Symptom
     suspects: dict[str, Suspect]
+    weak: dict[str, WeakSignal]
     sampled: float
     citations: list[Citation]
