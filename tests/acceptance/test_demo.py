@@ -38,6 +38,19 @@ MOMENTS = [
 ]
 
 
+def in_order(out: str, moments: list[str]) -> list[re.Match[str]]:
+    """Each of ``moments`` (regexes, multiline) found in ``out`` after the previous one;
+    the matches."""
+    position = 0
+    found = []
+    for moment in moments:
+        match = re.compile(moment, re.MULTILINE).search(out, position)
+        assert match is not None, f"{moment!r} missing after position {position}:\n{out}"
+        found.append(match)
+        position = match.end()
+    return found
+
+
 def test_keel_demo_plays_the_incident_and_ends_with_the_injected_cause(tmp_path: Path) -> None:
     """Whatever serve settings the caller has (a keel.toml here, serve variables in the
     environment), the demo runs its own Bridge over HTTP on a store that survives."""
@@ -55,11 +68,7 @@ def test_keel_demo_plays_the_incident_and_ends_with_the_injected_cause(tmp_path:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
-    position = 0
-    for moment in MOMENTS:  # every moment, in this order
-        found = re.compile(moment, re.MULTILINE).search(out, position)
-        assert found is not None, f"{moment!r} missing after position {position}:\n{out}"
-        position = found.end()
+    in_order(out, MOMENTS)
     first_pid = re.search(MOMENTS[0], out)
     killed = re.search(MOMENTS[5], out)
     second_pid = re.search(MOMENTS[6], out)

@@ -95,15 +95,21 @@ class Server:
                 self.process.wait()
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[Server]:
-    """A running keel serve, stopped at the end of the test."""
-    running = Server(tmp_path)
+def running_server(folder: Path) -> Iterator[Server]:
+    """A keel serve started in ``folder``, stopped when the generator closes (the body
+    of the ``server`` fixtures)."""
+    running = Server(folder)
     running.start()
     try:
         yield running
     finally:
         running.stop()
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    """A running keel serve, stopped at the end of the test."""
+    yield from running_server(tmp_path)
 
 
 async def restart(server: Server) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from acceptance.test_demo import in_order
 from keel.demo import DEMO_INCIDENT, DEMO_SERVICE
 from keel.model import Status
 from keel.store import SqliteStore
@@ -59,13 +60,7 @@ def test_keel_demo_over_2025_11_25_plays_the_incident_to_the_injected_cause(
     )
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
-    position = 0
-    found = []
-    for moment in MOMENTS:
-        match = re.compile(moment, re.MULTILINE).search(out, position)
-        assert match is not None, f"{moment!r} missing after position {position}:\n{out}"
-        found.append(match)
-        position = match.end()
+    found = in_order(out, MOMENTS)
     assert found[1].group(1) == found[6].group(1) != found[7].group(1)
     task_id = found[4].group(1)
     assert found[10].group(1) == task_id

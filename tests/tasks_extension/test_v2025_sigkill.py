@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from acceptance.test_serve_http import WAIT, Server, restart
+from acceptance.test_serve_http import WAIT, Server, restart, running_server
 from keel.mcp.client_v2025 import LegacyClient
 from keel.mcp.v2025 import RELATED_TASK
 from keel.store import SqliteStore
@@ -21,12 +21,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[Server]:
     """A running keel serve, stopped at the end of the test."""
-    running = Server(tmp_path)
-    running.start()
-    try:
-        yield running
-    finally:
-        running.stop()
+    yield from running_server(tmp_path)
 
 
 @pytest.mark.requirement("K21")

@@ -33,6 +33,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, CallToolResult, Request, RequestParams, Result
 from pydantic import ConfigDict
 
+from keel.mcp.answers import error_of
 from keel.mcp.wire import TASKS_EXTENSION, cancelled_error
 
 __all__ = [
@@ -189,7 +190,7 @@ def _final(task: Detailed) -> CallToolResult:
             if task.status == "cancelled"
             else {"code": INTERNAL_ERROR, "message": f"task {task.task_id} failed"}
         )
-    raise MCPError(code=error["code"], message=str(error.get("message")), data=error.get("data"))
+    raise error_of(error)
 
 
 class _Poller:

@@ -52,6 +52,7 @@ from mcp_types import (
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from keel.errors import InvalidTransition, KeelError, UnknownInputKey
+from keel.mcp.answers import error_of, mcp_error
 from keel.mcp.v2025 import V2025, LegacyTasks, ListParams
 from keel.mcp.v2025 import TaskIdParams as ResultParams
 from keel.mcp.wire import (
@@ -59,7 +60,6 @@ from keel.mcp.wire import (
     create_task_result,
     detailed_task,
     input_from_wire,
-    rpc_error,
     tool_outcome,
 )
 from keel.model import Status, Task
@@ -89,19 +89,12 @@ class UpdateTaskParams(TaskIdParams):
     input_responses: dict[str, Any]
 
 
-def mcp_error(exc: KeelError) -> MCPError:
-    """A Keel error as the ``MCPError`` the SDK sends (``wire.rpc_error``'s table)."""
-    error = rpc_error(exc)
-    return MCPError(code=error["code"], message=error["message"], data=error.get("data"))
-
-
 def _raise_outcome(outcome: dict[str, Any]) -> HandlerResult:
     """A finished task's ``tools/call`` answer: its result, or its error raised."""
     if "result" in outcome:
         result: HandlerResult = outcome["result"]
         return result
-    error = outcome["error"]
-    raise MCPError(code=error["code"], message=error["message"], data=error.get("data"))
+    raise error_of(outcome["error"])
 
 
 def _responses(params: CallToolRequestParams) -> dict[str, Any]:

@@ -70,7 +70,8 @@ from keel.errors import (
     TaskNotFound,
     UnknownInputKey,
 )
-from keel.mcp.wire import iso8601, rpc_error, tool_outcome, ttl_ms
+from keel.mcp.answers import error_of, mcp_error
+from keel.mcp.wire import iso8601, tool_outcome, ttl_ms
 from keel.model import JsonObject, Status, Task
 from keel.model.validation import validate_input
 from keel.runtime import Keel, TaskDefinition
@@ -109,16 +110,6 @@ class TaskIdParams(RequestParams):
 
 class ListParams(RequestParams):
     cursor: str | None = None
-
-
-def _error(exc: KeelError) -> MCPError:
-    """A Keel error by the one table (``wire.rpc_error``)."""
-    return MCPError(**rpc_error(exc))
-
-
-def _outcome_error(error: Mapping[str, Any]) -> MCPError:
-    """A finished task's JSON-RPC error (``wire.tool_outcome``) as the SDK raises it."""
-    return MCPError(code=error["code"], message=error["message"], data=error.get("data"))
 
 
 def legacy_task(
@@ -269,7 +260,7 @@ class LegacyTasks:
                 definition.name, arguments, owner=self.owner(ctx), answers=answers
             )
         except KeelError as exc:
-            raise _error(exc) from exc
+            raise mcp_error(exc) from exc
         if augmented:
             # Committed before this answer leaves: the handle is durable when it arrives.
             return {"task": self.wire(task)}
@@ -304,7 +295,7 @@ class LegacyTasks:
         try:
             return await self.app.store.get(task_id, owner=self.owner(ctx))
         except KeelError as exc:
-            raise _error(exc) from None
+            raise mcp_error(exc) from None
 
     async def get(self, ctx: ServerRequestContext[Any, Any], task_id: str) -> HandlerResult:
         """``tasks/get``: the 2025 ``Task``."""
@@ -318,7 +309,7 @@ class LegacyTasks:
                 raise TaskAlreadyTerminal(task, "cancel")
             task = await self.app.cancel(task.task_id, reason="tasks/cancel", owner=task.owner)
         except KeelError as exc:
-            raise _error(exc) from exc
+            raise mcp_error(exc) from exc
         return self.wire(task)
 
     async def result(
@@ -346,7 +337,7 @@ class LegacyTasks:
         try:
             tasks = await self.app.store.list(owner=owner, limit=LIST_PAGE + 1, after=params.cursor)
         except KeelError as exc:
-            raise _error(exc) from exc
+            raise mcp_error(exc) from exc
         page = list(tasks[:LIST_PAGE])
         answer: JsonObject = {"tasks": [self.wire(task) for task in page]}
         if len(tasks) > LIST_PAGE:
@@ -378,7 +369,7 @@ class LegacyTasks:
             task = await self._lookup(ctx, task.task_id)
         outcome = tool_outcome(task, expose_crashes=self.expose_crashes)
         if "error" in outcome:
-            raise _outcome_error(outcome["error"])
+            raise error_of(outcome["error"])
         result = {k: v for k, v in outcome["result"].items() if k != "resultType"}
         if related:
             meta = result.get("_meta") or {}
@@ -417,7 +408,7 @@ class LegacyTasks:
             except (InvalidTransition, UnknownInputKey):
                 return  # answered elsewhere, or ended meanwhile: the wait goes on
             except KeelError as exc:  # an answer its schema refuses: named, still asked
-                raise _error(exc) from exc
+                raise mcp_error(exc) from exc
 
     async def _elicit(
         self,
