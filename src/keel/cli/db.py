@@ -2,13 +2,16 @@
 
 Every store applies its migrations on first use anyway; ``migrate`` lets a deployment do
 it once, up front (say, before rolling out workers of a new version), and says what it did.
+The work is :func:`keel.store.migrate`'s; this module only prints its report. Its errors
+are :mod:`keel.errors` types, which the ``keel`` group prints as one line.
 """
 
 from __future__ import annotations
 
 import click
 
-from keel.cli.common import KeelCliError, chosen_location, store_option
+from keel.cli.common import chosen_location, store_option
+from keel.store import migrate as migrate_store
 
 __all__ = ["db"]
 
@@ -27,44 +30,9 @@ def migrate(ctx: click.Context) -> None:
     PostgreSQL: applied under an advisory lock, so running it from several machines at
     once is safe. SQLite: the file is created if missing.
     """
-    location = chosen_location(ctx)
-    if location.kind == "memory":
-        raise KeelCliError("memory:// has no schema to migrate")
-    if location.kind == "postgres":
-        import psycopg
-
-        from keel.errors import ConfigurationError, StoreError
-        from keel.store.postgres import parse_postgres_url
-        from keel.store.postgres.faults import describe
-        from keel.store.postgres.schema import SCHEMA_VERSION
-        from keel.store.postgres.schema import migrate as apply
-
-        options = parse_postgres_url(location.url)
-        try:
-            conn = psycopg.connect(options.conninfo, autocommit=True)
-        except psycopg.OperationalError as exc:
-            raise ConfigurationError(
-                f"cannot connect to PostgreSQL at {options.host}:{options.port} "
-                f"(database {options.dbname}): {' '.join(str(exc).split())}"
-            ) from exc
-        try:
-            with conn:
-                applied = apply(conn, options.schema, options.display)
-        except psycopg.Error as exc:
-            raise StoreError(describe(exc, options.display)) from exc
-        where, version = options.display, SCHEMA_VERSION
+    report = migrate_store(chosen_location(ctx).url)
+    if report.applied:
+        click.echo(f"{report.where}: applied migration(s) {', '.join(map(str, report.applied))}; "
+                   f"schema version {report.version}")  # fmt: skip
     else:
-        from keel.store.sqlite import SCHEMA_VERSION as SQLITE_VERSION
-        from keel.store.sqlite import SqliteStore
-
-        assert location.path is not None
-        existed = location.path.exists()
-        store = SqliteStore(location.path, synchronous=location.options.get("synchronous", "full"))
-        store.close_sync()
-        where, version = str(location.path), SQLITE_VERSION
-        applied = [] if existed else list(range(1, version + 1))
-    if applied:
-        click.echo(f"{where}: applied migration(s) {', '.join(map(str, applied))}; "
-                   f"schema version {version}")  # fmt: skip
-    else:
-        click.echo(f"{where}: schema version {version}, up to date")
+        click.echo(f"{report.where}: schema version {report.version}, up to date")

@@ -1,8 +1,10 @@
 """Task persistence: the :class:`Store` protocol and its adapters.
 
-``open_store(location)`` picks the adapter from a location (see :mod:`keel.store.locations`).
-``PostgresStore`` is imported on first use: psycopg takes longer to import than the rest
-of Keel, and only PostgreSQL users need it.
+``open_store(location)`` picks the adapter from a location (see :mod:`keel.store.locations`);
+``migrate(location)`` brings that store's schema up to date.
+``PostgresStore`` is imported on first use: psycopg is an optional dependency (``pip
+install 'keel-tasks[postgres]'``), it takes longer to import than the rest of Keel, and
+only PostgreSQL users need it.
 """
 
 import typing
@@ -12,6 +14,8 @@ from keel.store.locations import (
     DEFAULT_LOCATION,
     ENV_VAR,
     Location,
+    MigrationReport,
+    migrate,
     open_store,
     parse_location,
     resolve_location,
@@ -29,11 +33,13 @@ __all__ = [
     "Clock",
     "Location",
     "MemoryStore",
+    "MigrationReport",
     "PostgresStore",
     "SqliteStore",
     "Store",
     "Synchronous",
     "TxStore",
+    "migrate",
     "open_store",
     "parse_location",
     "resolve_location",
@@ -42,6 +48,9 @@ __all__ = [
 
 def __getattr__(name: str) -> typing.Any:
     if name == "PostgresStore":
+        from keel.store.locations import load_postgres_adapter
+
+        load_postgres_adapter()  # without psycopg: a ConfigurationError naming the extra
         from keel.store.postgres import PostgresStore
 
         return PostgresStore

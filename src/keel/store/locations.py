@@ -9,6 +9,10 @@
 
 Precedence everywhere: an explicit location, then ``$KEEL_STORE``, then ``keel-data/keel.db``
 under the current directory.
+
+:func:`open_store` opens the store a location names; :func:`migrate` brings its schema up
+to date and says what it did. PostgreSQL needs psycopg, an optional dependency (the
+``postgres`` extra): it is imported only when a PostgreSQL location is opened.
 """
 
 from __future__ import annotations
@@ -16,17 +20,22 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from keel.errors import ConfigurationError
 from keel.model import Limits
 from keel.store.base import TxStore
 from keel.store.protocol import Clock
+from keel.store.urls import POSTGRES_SCHEMES, redact
 
 __all__ = [
     "DEFAULT_LOCATION",
     "ENV_VAR",
+    "POSTGRES_EXTRA",
     "Location",
+    "MigrationReport",
+    "load_postgres_adapter",
+    "migrate",
     "open_store",
     "parse_location",
     "resolve_location",
@@ -36,6 +45,10 @@ DEFAULT_LOCATION = "keel-data/keel.db"
 ENV_VAR = "KEEL_STORE"
 
 _SQLITE_OPTIONS = {"synchronous", "busy_timeout"}
+
+POSTGRES_EXTRA = "pip install 'keel-tasks[postgres]'"
+"""How to install what PostgreSQL stores need (psycopg is an optional dependency)."""
+_PSYCOPG = frozenset({"psycopg", "psycopg_pool", "psycopg_binary", "psycopg_c"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,24 +69,6 @@ class Location:
             sync = self.options.get("synchronous", "full")
             return f"SQLite {self.path} (synchronous={sync})"
         return f"PostgreSQL {redact(self.url)}"
-
-
-SECRET_PARAMETERS = frozenset({"password", "sslpassword"})
-"""Query parameters that carry secrets (libpq accepts ``?password=…``)."""
-
-
-def redact(url: str) -> str:
-    """The URL with any password, in ``user:password@`` or in the query, replaced by
-    ``***`` (for logs and messages)."""
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    if parts.password is not None:
-        netloc = f"{parts.username or ''}:***@{netloc.rsplit('@', 1)[1]}"
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    if any(key.lower() in SECRET_PARAMETERS for key, _ in query):
-        masked = [(k, "***" if k.lower() in SECRET_PARAMETERS else v) for k, v in query]
-        parts = parts._replace(query=urlencode(masked, safe="*"))
-    return parts._replace(netloc=netloc).geturl()
 
 
 def resolve_location(explicit: str | None = None) -> str:
@@ -100,7 +95,7 @@ def parse_location(location: str | os.PathLike[str]) -> Location:
         if parts.netloc or parts.path.strip("/"):
             raise ConfigurationError(f"memory:// takes no path: {text!r}")
         return Location("memory", url=text)
-    if scheme in {"postgresql", "postgres"}:
+    if scheme in POSTGRES_SCHEMES:
         return Location("postgres", url=text)
     if scheme == "sqlite":
         if parts.netloc:
@@ -160,6 +155,76 @@ def open_store(
             clock=clock,
             limits=limits,
         )
+    load_postgres_adapter()
     from keel.store.postgres import PostgresStore
 
     return PostgresStore(loc.url, clock=clock, limits=limits)
+
+
+def load_postgres_adapter() -> None:
+    """Import the PostgreSQL adapter, and with it psycopg (an optional dependency).
+
+    Raises:
+        ConfigurationError: psycopg is not installed; the message says how to install it.
+    """
+    try:
+        import keel.store.postgres  # noqa: F401 - imported for its effect: psycopg present
+    except ImportError as exc:
+        missing = (exc.name or "").partition(".")[0]
+        if missing not in _PSYCOPG:
+            raise  # a broken installation of something else: not ours to explain
+        raise ConfigurationError(
+            f"PostgreSQL stores need psycopg, which is not installed ({missing}): {POSTGRES_EXTRA}"
+        ) from exc
+
+
+@dataclass(frozen=True, slots=True)
+class MigrationReport:
+    """What :func:`migrate` did."""
+
+    where: str
+    """The store, for people (never a password)."""
+    applied: tuple[int, ...]
+    """The migrations applied just now, in order; empty when the schema was up to date."""
+    version: int
+    """The store's schema version now."""
+
+
+def migrate(location: str | os.PathLike[str] | None = None) -> MigrationReport:
+    """Open or create the store at ``location`` (resolved as :func:`resolve_location`
+    says), apply the migrations it is missing, close it, and say what was done.
+
+    Every store migrates on first use anyway; this lets a deployment do it once, up
+    front. PostgreSQL: under an advisory lock, so several processes may run it at once.
+
+    Raises:
+        ConfigurationError: a bad location or option, ``memory://`` (no schema), no
+            PostgreSQL server at the address, or psycopg not installed.
+        StoreError: the store refused, or its schema is newer than this Keel.
+    """
+    text = resolve_location(None if location is None else os.fspath(location))
+    loc = parse_location(text)
+    if loc.kind == "memory":
+        raise ConfigurationError("memory:// has no schema to migrate")
+    if loc.kind == "postgres":
+        load_postgres_adapter()
+        from keel.store.postgres import parse_postgres_url
+        from keel.store.postgres.schema import SCHEMA_VERSION, migrate_store
+
+        options = parse_postgres_url(loc.url)
+        done = migrate_store(options)
+        return MigrationReport(options.display, tuple(done), SCHEMA_VERSION)
+    from keel.store.sqlite import SqliteStore
+
+    assert loc.path is not None
+    existed = loc.path.exists()
+    store = open_store(text)  # with the location's options, as every other open
+    assert isinstance(store, SqliteStore)
+    try:
+        version = store.schema_version
+    finally:
+        store.close_sync()
+    # A new file gets every migration; the SQLite adapter does not report which ones an
+    # existing file was missing.
+    applied = () if existed else tuple(range(1, version + 1))
+    return MigrationReport(str(loc.path), applied, version)

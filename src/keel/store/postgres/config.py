@@ -28,11 +28,11 @@ import re
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from keel.errors import ConfigurationError
-from keel.store.locations import redact
+from keel.store.postgres.faults import refusing_bad_url
+from keel.store.urls import POSTGRES_SCHEMES, redact
 
 __all__ = ["PostgresOptions", "parse_postgres_url"]
 
@@ -60,6 +60,11 @@ class PostgresOptions:
     retries: int = 10
     retry_base: float = 0.05  # seconds
     retry_cap: float = 2.0  # seconds
+
+    @property
+    def address(self) -> str:
+        """Where the server is, for connection errors: ``host:port (database name)``."""
+        return f"{self.host}:{self.port} (database {self.dbname})"
 
     @property
     def display(self) -> str:
@@ -95,7 +100,7 @@ def parse_postgres_url(url: str) -> PostgresOptions:
             an option libpq does not know.
     """
     parts = urlsplit(url.strip())
-    if parts.scheme.lower() not in {"postgresql", "postgres"}:
+    if parts.scheme.lower() not in POSTGRES_SCHEMES:
         raise ConfigurationError(f"{redact(url)!r} is not a postgresql:// URL")
     query = parse_qsl(parts.query, keep_blank_values=True)
     keel = {k: v for k, v in query if k in _KEEL_OPTIONS}
@@ -118,10 +123,8 @@ def parse_postgres_url(url: str) -> PostgresOptions:
     retry_cap = _number(keel, "retry_cap", 2.0, 0, url)
     # libpq reads both schemes; give it the canonical one and the remaining options.
     stripped = urlunsplit(parts._replace(scheme="postgresql", query=urlencode(libpq)))
-    try:
+    with refusing_bad_url(url):
         params = conninfo_to_dict(stripped)
-    except psycopg.ProgrammingError as exc:
-        raise ConfigurationError(f"bad PostgreSQL URL {redact(url)!r}: {exc}") from None
     extra: dict[str, object] = {}
     if "connect_timeout" not in params:
         extra["connect_timeout"] = DEFAULT_CONNECT_TIMEOUT
@@ -129,10 +132,8 @@ def parse_postgres_url(url: str) -> PostgresOptions:
         # Every connection resolves Keel's unqualified table names in this schema.
         given = str(params.get("options") or "")
         extra["options"] = f"{given} -c search_path={schema}".strip()
-    try:
+    with refusing_bad_url(url):
         conninfo = make_conninfo(stripped, **extra)  # type: ignore[arg-type]
-    except psycopg.ProgrammingError as exc:
-        raise ConfigurationError(f"bad PostgreSQL URL {redact(url)!r}: {exc}") from None
     return PostgresOptions(
         url=url,
         conninfo=conninfo,

@@ -1,7 +1,8 @@
 """The PostgreSQL schema: migrations in ``migrations/NNNN_name.sql``, applied in order.
 
 Applied on first use (every :class:`~keel.store.postgres.PostgresStore` checks when it
-opens) and by ``keel db migrate``. Processes that start together may all find the schema
+opens) and by ``keel db migrate`` (through :func:`keel.store.migrate` and
+:func:`migrate_store`). Processes that start together may all find the schema
 missing: the migration runs under a transaction-scoped advisory lock, and each process
 checks the version again once it holds the lock, so exactly one applies each migration.
 ``keel_schema`` records which ones are applied.
@@ -16,9 +17,11 @@ import psycopg
 from psycopg import sql
 
 from keel.errors import StoreError
+from keel.store.postgres.config import PostgresOptions
+from keel.store.postgres.faults import cannot_connect, store_error
 from keel.store.sqlfiles import load_migrations
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "current_version", "migrate"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "current_version", "migrate", "migrate_store"]
 
 MIGRATIONS = load_migrations(f"{__package__}.migrations")
 SCHEMA_VERSION = MIGRATIONS[-1].version
@@ -84,6 +87,25 @@ def migrate(conn: psycopg.Connection[Any], schema: str | None, where: str) -> li
             )
             applied.append(migration.version)
     return applied
+
+
+def migrate_store(options: PostgresOptions) -> list[int]:
+    """Connect once, bring the schema up to :data:`SCHEMA_VERSION`, disconnect; the
+    versions applied (empty when it was up to date).
+
+    Raises:
+        ConfigurationError: no server at the URL's address would talk to us.
+        StoreError: the database refused, or its schema is newer than this Keel.
+    """
+    try:
+        conn = psycopg.connect(options.conninfo, autocommit=True)
+    except psycopg.OperationalError as exc:
+        raise cannot_connect(exc, options.address) from exc
+    try:
+        with conn:
+            return migrate(conn, options.schema, options.display)
+    except psycopg.Error as exc:
+        raise store_error(exc, options.display) from exc
 
 
 def _scalar(conn: psycopg.Connection[Any], query: str) -> object:
