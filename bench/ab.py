@@ -124,12 +124,13 @@ def mcp_figures(doc: dict[str, Any]) -> Iterator[Figure]:
         yield Figure(f"{c} create p50", row["create_p50_ms"], "ms", LOWER)
         yield Figure(f"{c} e2e p50", row["e2e_p50_ms"], "ms", LOWER)
         yield Figure(f"{c} create p99", row["create_p99_ms"], "ms", LOWER, gate=False)
-        yield Figure(f"{c} server cpu/task", row["server_cpu_ms_per_task"], "ms", LOWER)
+        if row["tasks"]:  # with none done in the window, "per task" is the whole window's
+            yield Figure(f"{c} server cpu/task", row["server_cpu_ms_per_task"], "ms", LOWER)
         yield Figure(f"{c} server peak RSS", row["server_peak_rss_mib"], "MiB", LOWER)
         if row["create_only"]["n"]:
             yield Figure(f"{c} create alone p50", row["create_only"]["p50_ms"], "ms", LOWER)
-        if row.get("discover_p50_ms"):
-            yield Figure(f"{c} discover p50", row["discover_p50_ms"], "ms", LOWER)
+        if row["clients"] == 1 and row.get("discover_p50_ms"):  # the same at every C
+            yield Figure("server/discover p50", row["discover_p50_ms"], "ms", LOWER)
 
 
 def pg_figures(doc: dict[str, Any]) -> Iterator[Figure]:
@@ -363,14 +364,14 @@ def report(name: str, result: dict[str, Any]) -> None:
         f"after {_list(secs['after'])}"
     )
     print(
-        f"  {'figure':<40} {'unit':>7} {'better':>6} {'before':>10} {'after':>10} "
+        f"  {'figure':<44} {'unit':>7} {'better':>6} {'before':>10} {'after':>10} "
         f"{'change':>8} {'paired':>7}  verdict"
     )
     for row in result["figures"]:
         ratio = row["paired_ratio_median"]
         verdict_text = row["verdict"] + ("" if row["gate"] else " (info)")
         print(
-            f"  {row['figure']:<40} {row['unit']:>7} {row['better']:>6} "
+            f"  {row['figure']:<44} {row['unit']:>7} {row['better']:>6} "
             f"{_num(row['before_median']):>10} {_num(row['after_median']):>10} "
             f"{_pct(row['change_pct']):>8} {'-' if ratio is None else f'x{ratio:.3f}':>7}  "
             f"{verdict_text}"
