@@ -401,8 +401,8 @@ def _progress(text: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--before", type=Path, required=True, help="the before checkout")
-    parser.add_argument("--after", type=Path, required=True, help="the after checkout")
+    parser.add_argument("--before", type=Path, help="the before checkout")
+    parser.add_argument("--after", type=Path, help="the after checkout")
     parser.add_argument("--pairs", type=int, default=5, help="alternated before/after pairs")
     parser.add_argument(
         "--only", action="append", choices=sorted(BENCHES), help="this benchmark (repeatable)"
@@ -413,7 +413,13 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per run")
     parser.add_argument("--keep", type=Path, help="keep each run's JSON and log in this folder")
     parser.add_argument("--out", default="bench/results/ab.json")
+    parser.add_argument("--show", type=Path, help="print the tables of this ab.json; run nothing")
     args = parser.parse_args()
+    if args.show:
+        show(json.loads(args.show.read_text()))
+        return
+    if args.before is None or args.after is None:
+        parser.error("--before and --after are needed (or --show)")
     before, after = Side("before", args.before.resolve()), Side("after", args.after.resolve())
     for side in (before, after):
         if not args.no_sync:
@@ -453,12 +459,26 @@ def main() -> None:
             document["worse"] = worse
             document["elapsed_s"] = round(time.monotonic() - started, 1)
             out.write_text(json.dumps(document, indent=2))
-    worse = document["worse"]
-    print(
-        f"\n{len(worse)} figure(s) more than {args.tolerance:g}% worse "
-        f"(median of paired ratios, {args.pairs} pair(s)): " + ("; ".join(worse) or "none")
-    )
+    summary(document)
     print(f"wrote {out} ({document['elapsed_s']:.0f} s)")
+
+
+def show(document: dict[str, Any]) -> None:
+    """The tables of a finished (or interrupted) A/B, from its JSON."""
+    for side in ("before", "after"):
+        d = document[side]
+        print(f"{side:<6} {d['describe']} {d['dir']}: {d['subject'][:70]}")
+    for name, result in document["benches"].items():
+        report(name, result)
+    summary(document)
+
+
+def summary(document: dict[str, Any]) -> None:
+    worse = document.get("worse", [])
+    print(
+        f"\n{len(worse)} figure(s) more than {document['tolerance_pct']:g}% worse "
+        f"(median of paired ratios, {document['pairs']} pair(s)): " + ("; ".join(worse) or "none")
+    )
 
 
 if __name__ == "__main__":
