@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -150,7 +151,7 @@ def serve_figures(doc: dict[str, Any]) -> Iterator[Figure]:
 def bridge_figures(doc: dict[str, Any]) -> Iterator[Figure]:
     d = doc["diagnosis"]
     yield Figure("diagnosis", d["diagnose_s"], "s", LOWER)
-    yield Figure("diagnosis: open", d["open_s"], "s", LOWER)
+    yield Figure("diagnosis: open", d["open_s"], "s", LOWER, gate=False)  # a few ms
     yield Figure("diagnosis peak RSS", d["peak_rss_mb"], "MB", LOWER)
     yield Figure("sample data generated", doc["sample"]["generate_s"], "s", LOWER)
     yield Figure("ingest (sample)", doc["ingest_sample"]["spans_per_s"], "spans/s", HIGHER)
@@ -241,6 +242,7 @@ class Run:
     pair: int
     side: str
     seconds: float
+    cpu_seconds: float  # of the benchmark and every process it waited for
     load_before: float
     figures: dict[str, float] = field(default_factory=dict)
     error: str | None = None
@@ -254,7 +256,7 @@ def run_once(
     log = tmp / f"{bench.name}-{pair}-{side.label}.log"
     command = [str(side.python), f"bench/{bench.name}.py", *bench.args.split(), "--out", str(out)]
     load = os.getloadavg()[0]
-    began = time.monotonic()
+    began, cpu_began = time.monotonic(), _children_cpu()
     error = None
     try:
         with log.open("w") as sink:
@@ -266,8 +268,8 @@ def run_once(
             error = f"exit {done.returncode}: {_tail(log)}"
     except subprocess.TimeoutExpired:
         error = f"timed out after {timeout:g} s: {_tail(log)}"
-    seconds = time.monotonic() - began
-    run = Run(pair, side.label, round(seconds, 1), round(load, 2), error=error)
+    seconds, cpu = time.monotonic() - began, _children_cpu() - cpu_began
+    run = Run(pair, side.label, round(seconds, 1), round(cpu, 1), round(load, 2), error=error)
     figures: list[Figure] = []
     if error is None:
         try:
@@ -276,6 +278,11 @@ def run_once(
             run.error = f"reading {out.name}: {type(exc).__name__}: {exc}"
     run.figures = {f.name: f.value for f in figures if f.value is not None}
     return run, figures
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _tail(log: Path, lines: int = 15) -> str:
@@ -301,14 +308,18 @@ def measure(
             status = "ok" if run.error is None else f"FAILED\n{run.error}"
             _progress(
                 f"[{bench.name}] pair {pair}/{args.pairs} {side.label:<6} "
-                f"{run.seconds:6.1f} s (load {run.load_before:.1f}): {status}"
+                f"{run.seconds:6.1f} s, cpu {run.cpu_seconds:5.1f} s "
+                f"(load {run.load_before:.1f}): {status}"
             )
     rows = [summarise(spec, runs, args.tolerance) for spec in specs.values()]
-    seconds = {label: [r.seconds for r in runs if r.side == label] for label in ("before", "after")}
+    sides = ("before", "after")
+    seconds = {label: [r.seconds for r in runs if r.side == label] for label in sides}
+    cpu = {label: [r.cpu_seconds for r in runs if r.side == label] for label in sides}
     return {
         "args": bench.args,
         "about": bench.about,
         "run_seconds": seconds,
+        "run_cpu_seconds": cpu,
         "runs": [vars(r) for r in runs],
         "figures": rows,
     }
@@ -358,10 +369,11 @@ def verdict(ratio: float | None, better: str, tolerance: float) -> str:
 
 
 def report(name: str, result: dict[str, Any]) -> None:
-    secs = result["run_seconds"]
+    secs, cpu = result["run_seconds"], result.get("run_cpu_seconds", {})
     print(
         f"\n{name} ({result['about']}); seconds per run: before {_list(secs['before'])}, "
-        f"after {_list(secs['after'])}"
+        f"after {_list(secs['after'])}; cpu seconds: before {_list(cpu.get('before', []))}, "
+        f"after {_list(cpu.get('after', []))}"
     )
     print(
         f"  {'figure':<44} {'unit':>7} {'better':>6} {'before':>10} {'after':>10} "
