@@ -38,9 +38,11 @@ leaves what it measured. It needs only the standard library: run it with any Pyt
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
+import signal
 import statistics
 import subprocess
 import sys
@@ -258,16 +260,20 @@ def run_once(
     load = os.getloadavg()[0]
     began, cpu_began = time.monotonic(), _children_cpu()
     error = None
-    try:
-        with log.open("w") as sink:
-            done = subprocess.run(
-                command, cwd=side.root, env=side.env(), stdin=subprocess.DEVNULL,
-                stdout=sink, stderr=subprocess.STDOUT, timeout=timeout, check=False,
-            )  # fmt: skip
-        if done.returncode != 0:
-            error = f"exit {done.returncode}: {_tail(log)}"
-    except subprocess.TimeoutExpired:
-        error = f"timed out after {timeout:g} s: {_tail(log)}"
+    with log.open("w") as sink:
+        # A session of its own: on a timeout or ^C, the benchmark's servers and workers
+        # are stopped with it instead of being left to load the machine.
+        proc = subprocess.Popen(
+            command, cwd=side.root, env=side.env(), stdin=subprocess.DEVNULL,
+            stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        try:
+            if proc.wait(timeout=timeout) != 0:
+                error = f"exit {proc.returncode}: {_tail(log)}"
+        except subprocess.TimeoutExpired:
+            error = f"timed out after {timeout:g} s: {_tail(log)}"
+        finally:
+            _stop_group(proc)
     seconds, cpu = time.monotonic() - began, _children_cpu() - cpu_began
     run = Run(pair, side.label, round(seconds, 1), round(cpu, 1), round(load, 2), error=error)
     figures: list[Figure] = []
@@ -278,6 +284,13 @@ def run_once(
             run.error = f"reading {out.name}: {type(exc).__name__}: {exc}"
     run.figures = {f.name: f.value for f in figures if f.value is not None}
     return run, figures
+
+
+def _stop_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL whatever is left of the run's process group, then reap the benchmark."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
 
 
 def _children_cpu() -> float:
@@ -469,6 +482,12 @@ def main() -> None:
                 if row["gate"] and row["verdict"] == "WORSE"
             ]
             document["worse"] = worse
+            document["failed_runs"] = [
+                f"{b} pair {run['pair']} {run['side']}"
+                for b, res in document["benches"].items()
+                for run in res["runs"]
+                if run["error"]
+            ]
             document["elapsed_s"] = round(time.monotonic() - started, 1)
             out.write_text(json.dumps(document, indent=2))
     summary(document)
@@ -491,6 +510,9 @@ def summary(document: dict[str, Any]) -> None:
         f"\n{len(worse)} figure(s) more than {document['tolerance_pct']:g}% worse "
         f"(median of paired ratios, {document['pairs']} pair(s)): " + ("; ".join(worse) or "none")
     )
+    failed = document.get("failed_runs", [])
+    if failed:
+        print(f"{len(failed)} run(s) FAILED, their figures missing: {'; '.join(failed)}")
 
 
 if __name__ == "__main__":
