@@ -13,8 +13,9 @@ pairs measured in one run. This program measures exactly that:
   and so on (``--same-order``: always before first). A pair of runs seconds apart shares
   the machine's moment; swapping the order cancels a steady drift and any advantage of
   going first or second;
-* reduced arguments (``BENCHES`` below) so that the whole A/B fits in about 40 minutes
-  on a 2-core machine, and only Keel's figures: peers are skipped with flags both
+* reduced arguments (``BENCHES`` below), sized for 5 pairs of all six in 30-45 minutes
+  on an idle 2-core machine (one pair took 18 minutes with other test runs loading the
+  machine to 8-10), and only Keel's figures: peers are skipped with flags both
   versions accept (``mcp_bench --servers keel``, ``pg_bench --peers none``,
   ``store_bench --adapters`` without the seed's ``json`` store);
 * from each run's JSON, Keel's headline figures, each with the direction that is better
@@ -23,12 +24,16 @@ pairs measured in one run. This program measures exactly that:
   the paired ratios after/before, which decides the verdict: ``WORSE`` when it is more
   than ``--tolerance`` (5%) the wrong way, ``better`` when as much the right way, else
   ``ok``. Figures marked ``info`` (p99s of a few dozen samples, lease-bound recovery
-  times) are shown with their verdict but do not count against the bar: they move by
-  far more than 5% between two runs of the same code.
+  times, millisecond-scale opens) are shown with their verdict but do not count against
+  the bar: they move by far more than 5% between two runs of the same code. Running it
+  with one checkout on both sides shows each figure's noise floor.
 
 Prints a table per benchmark and writes JSON (``--out``, default
 ``bench/results/ab.json``), rewritten after every benchmark so that an interrupted run
-leaves what it measured. It needs only the standard library: run it with any Python 3.11.
+leaves what it measured (``--show FILE`` prints its tables again), with each run's wall
+and CPU seconds and load average. Each run is a process group of its own, stopped after
+it (``--timeout``, default 30 minutes; ^C). It needs only the standard library: run it
+with any Python 3.11.
 
     git worktree add ../wt-before before-13
     python3 bench/ab.py --before ../wt-before --after .                  # all, 5 pairs
