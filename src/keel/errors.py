@@ -46,6 +46,9 @@ __all__ = [
     "UnknownInputKey",
 ]
 
+INTERNAL_ERROR = -32603
+"""JSON-RPC "internal error": crashes, dead letters, deadlines and reclaims are stored with it."""
+
 
 class KeelError(Exception):
     """Base class of every error Keel raises on purpose."""
