@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import typing_extensions
 
-from keel.errors import ConfigurationError, KeelError
-from keel.model import INTERNAL_ERROR, JsonObject, JsonValue
+from keel.errors import ConfigurationError, InputDeclined, TaskFailed, ToolError
+from keel.model import INTERNAL_ERROR, JsonObject
 
 if TYPE_CHECKING:
     from jsonschema import Draft202012Validator
@@ -42,35 +42,6 @@ __all__ = [
 ]
 
 S = TypeVar("S")
-
-
-class ToolError(Exception):
-    """Raise from a handler to end the task ``completed`` with ``isError: true``."""
-
-    def __init__(self, message: str, *, structured: JsonObject | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.structured = structured
-
-
-class TaskFailed(Exception):
-    """Raise from a handler to end the task ``failed`` with a JSON-RPC error, no retry."""
-
-    def __init__(self, message: str, *, code: int = INTERNAL_ERROR, data: JsonValue = None):
-        super().__init__(message)
-        self.error: JsonObject = {"code": code, "message": message}
-        if data is not None:
-            self.error["data"] = data
-
-
-class InputDeclined(KeelError):
-    """The user declined (or cancelled) an input request; a handler may catch it."""
-
-    def __init__(self, key: str, action: str) -> None:
-        done = {"decline": "declined", "cancel": "cancelled"}.get(action, action)
-        super().__init__(f"input request {key!r} was {done} by the user")
-        self.key = key
-        self.action = action
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,7 +40,7 @@ from keel.errors import (
     TaskNotFound,
 )
 from keel.model import INTERNAL_ERROR, JsonObject, Status, Task
-from keel.runtime.app import Keel, _listen
+from keel.runtime.app import Keel
 from keel.runtime.context import Parked, TaskContext
 from keel.runtime.outcomes import (
     InputDeclined,
@@ -155,7 +155,7 @@ class Worker:
         if not names:
             raise KeelError("the app registers no tasks: nothing to run")
         self.app.store  # noqa: B018 - open it now: a store that cannot open fails here, once
-        unlisten = _listen(self.app, self._cancelled_here, self._poke)
+        unlisten = self.app.events.listen(self._cancelled_here, self._poke)
         # Optional store capability (PostgreSQL LISTEN/NOTIFY): wake-ups from other
         # processes. A hint only: the polling below still finds everything.
         store = self.app.store
