@@ -62,7 +62,7 @@ from keel.mcp.wire import (
 )
 from keel.model import Status, Task
 from keel.model.validation import validate_input
-from keel.runtime import Keel, TaskDefinition, Worker
+from keel.runtime import Keel, TaskDefinition, TaskOptions, Worker
 
 __all__ = ["TasksExtension", "keel_lifespan", "mcp_error"]
 
@@ -279,7 +279,7 @@ class TasksExtension(Extension):
 
     def _poll_interval(self, task: Task) -> float:
         definition = self.app.tasks.get(task.name or "")
-        return definition.options.poll_interval if definition else 1.0
+        return (definition.options if definition else TaskOptions()).poll_interval
 
     def _wire(self, task: Task) -> dict[str, Any]:
         return detailed_task(

@@ -40,7 +40,7 @@ from keel.errors import (
     TaskNotFound,
 )
 from keel.model import INTERNAL_ERROR, JsonObject, Status, Task
-from keel.runtime.app import Keel
+from keel.runtime.app import DEFAULT_LEASE, Keel
 from keel.runtime.context import Parking, TaskContext
 from keel.runtime.outcomes import (
     AttemptOutcome,
@@ -138,7 +138,9 @@ class Worker:
 
     @property
     def _lease(self) -> float:
-        return min((d.options.lease_seconds for d in self.app.tasks.values()), default=30.0)
+        return min(
+            (d.options.lease_seconds for d in self.app.tasks.values()), default=DEFAULT_LEASE
+        )
 
     @property
     def _busy(self) -> int:
