@@ -105,8 +105,8 @@ def _checked_options(options: TaskOptions, handler: Handler) -> TaskOptions:
         ask_first=None
         if not asked
         else {
-            key: (message, check_schema(schema, f"ask_first[{key!r}]"))
-            for key, (message, schema) in asked.items()
+            key: (message, check_schema(wanted, f"ask_first[{key!r}]"))
+            for key, (message, wanted) in asked.items()
         },
     )
 
