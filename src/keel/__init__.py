@@ -13,6 +13,7 @@ if _typing.TYPE_CHECKING:
         ConfigurationError,
         IdempotencyConflict,
         ImportFailed,
+        InputDeclined,
         InputRejected,
         InvalidPayload,
         InvalidTransition,
@@ -21,7 +22,9 @@ if _typing.TYPE_CHECKING:
         PayloadTooLarge,
         StoreError,
         TaskAlreadyTerminal,
+        TaskFailed,
         TaskNotFound,
+        ToolError,
         UnknownInputKey,
     )
     from keel.facade import TaskSnapshot, TaskStore
@@ -37,6 +40,7 @@ __all__ = [
     "Event",
     "IdempotencyConflict",
     "ImportFailed",
+    "InputDeclined",
     "InputRejected",
     "InputRequest",
     "InvalidPayload",
@@ -50,9 +54,11 @@ __all__ = [
     "StoreError",
     "Task",
     "TaskAlreadyTerminal",
+    "TaskFailed",
     "TaskNotFound",
     "TaskSnapshot",
     "TaskStore",
+    "ToolError",
     "UnknownInputKey",
     "open_store",
 ]

@@ -17,7 +17,12 @@ Callers catch these, never driver exceptions: adapters translate ``sqlite3`` (an
     │   └── PayloadTooLarge     arguments, input, result or step value over the size limit
     ├── ImportFailed            a teaching-store JSON file that cannot be imported whole
     ├── ConfigurationError      a bad store location or option
-    └── StoreError              the storage itself failed (I/O, corruption, busy too long)
+    ├── StoreError              the storage itself failed (I/O, corruption, busy too long)
+    │
+    │   handlers and the runtime (``keel.runtime`` re-exports these three):
+    ├── ToolError               raised by a handler: its task completes with ``isError: true``
+    ├── TaskFailed              raised by a handler: its task fails at once, no retry
+    └── InputDeclined           the user declined an input request (a handler may catch it)
 
 Every error leaves the store exactly as it was before the call.
 """
@@ -25,7 +30,7 @@ Every error leaves the store exactly as it was before the call.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from keel.model.task import Task
@@ -34,6 +39,7 @@ __all__ = [
     "ConfigurationError",
     "IdempotencyConflict",
     "ImportFailed",
+    "InputDeclined",
     "InputRejected",
     "InvalidPayload",
     "InvalidTransition",
@@ -42,9 +48,14 @@ __all__ = [
     "PayloadTooLarge",
     "StoreError",
     "TaskAlreadyTerminal",
+    "TaskFailed",
     "TaskNotFound",
+    "ToolError",
     "UnknownInputKey",
 ]
+
+INTERNAL_ERROR = -32603
+"""JSON-RPC "internal error": crashes, dead letters, deadlines and reclaims are stored with it."""
 
 
 class KeelError(Exception):
@@ -199,3 +210,46 @@ class ConfigurationError(KeelError, ValueError):
 
 class StoreError(KeelError):
     """The storage failed underneath Keel: I/O error, corruption, lock held too long."""
+
+
+class ToolError(KeelError):
+    """Raise from a handler to end its task ``completed`` with ``isError: true``: a domain
+    error the model should see, as MCP asks (not a failure of the task machinery).
+
+    Attributes:
+        message: the text the result carries.
+        structured: its structured content, kept for a tool without an ``outputSchema``.
+    """
+
+    def __init__(self, message: str, *, structured: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.structured = structured
+
+
+class TaskFailed(KeelError):
+    """Raise from a handler to end its task ``failed`` with a JSON-RPC error, no retry.
+
+    Attributes:
+        error: ``{code, message, data?}``, as the task stores it.
+    """
+
+    def __init__(self, message: str, *, code: int = INTERNAL_ERROR, data: Any = None) -> None:
+        super().__init__(message)
+        self.error: dict[str, Any] = {"code": code, "message": message}
+        if data is not None:
+            self.error["data"] = data
+
+
+class InputDeclined(KeelError):
+    """The user declined (or cancelled) an input request; a handler may catch it.
+
+    Uncaught, it ends the task ``completed`` with ``isError: true`` (asking again on a
+    retry would get the same answer).
+    """
+
+    def __init__(self, key: str, action: str) -> None:
+        done = {"decline": "declined", "cancel": "cancelled"}.get(action, action)
+        super().__init__(f"input request {key!r} was {done} by the user")
+        self.key = key
+        self.action = action

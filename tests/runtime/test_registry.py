@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from keel.errors import ConfigurationError, InputRejected, KeelError
-from keel.runtime import Keel, TaskContext, Worker
+from keel.runtime import Keel, TaskContext, TaskOptions, Worker
 from keel.store import Store
 
 pytestmark = pytest.mark.anyio
@@ -59,6 +59,26 @@ async def test_defaults_and_name_from_the_function(store: Store) -> None:
     assert list(app.tasks) == ["noop"]
     assert app.tasks["noop"].options.task_mode == "optional"
     assert app.tasks["noop"].options.max_attempts == 3
+
+
+async def test_options_given_whole_with_overrides_by_keyword(store: Store) -> None:
+    """``options=`` gives a TaskOptions whole; keywords override single fields of it."""
+    app = Keel(store)
+    shared = TaskOptions(max_attempts=5, lease_seconds=12.0, description="Shared.")
+    app.task("a", shared)(noop)
+    app.task("b", shared, max_attempts=1)(noop)
+    a, b = app.definition("a").options, app.definition("b").options
+    assert (a.max_attempts, a.lease_seconds, a.description) == (5, 12.0, "Shared.")
+    assert (b.max_attempts, b.lease_seconds, b.description) == (1, 12.0, "Shared.")
+    assert shared.max_attempts == 5  # the given options are not changed
+
+
+async def test_an_unknown_override_is_a_type_error_naming_it(store: Store) -> None:
+    """A keyword that is no TaskOptions field is refused at once, by name."""
+    app = Keel(store)
+    with pytest.raises(TypeError, match="max_attempt'"):
+        app.task("t", max_attempt=2)
+    assert app.tasks == {}
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,8 @@ from mcp_types import CallToolResult
 from keel.errors import ConfigurationError
 from keel.mcp.client import Created, Detailed, get_task
 from keel.mcp.client import TasksClientExtension as Tasks
-from keel.mcp.server import RATE_LIMITED, PollLimiter, TasksExtension, keel_lifespan
+from keel.mcp.server import PollLimiter, TasksExtension, keel_lifespan
+from keel.mcp.wire import RATE_LIMITED
 from keel.runtime import Keel, TaskContext, TaskFailed
 
 pytestmark = pytest.mark.anyio

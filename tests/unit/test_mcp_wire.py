@@ -7,8 +7,10 @@ import dataclasses
 import pytest
 
 from keel.errors import InvalidPayload
-from keel.mcp import create_task_result, detailed_task, input_from_wire, iso8601, ttl_ms
+from keel.mcp import create_task_result, detailed_task, input_from_wire, iso8601, ttl_ms, wire
+from keel.mcp.wire import RELATED_TASK, legacy_outcome
 from keel.model import InputRequest, Status, Task
+from keel.runtime.outcomes import ToolOutput
 
 T0 = 1_764_585_000.0  # 2025-12-01T10:30:00Z
 SCHEMA = {"type": "object", "required": ["service"], "properties": {"service": {"type": "string"}}}
@@ -128,3 +130,53 @@ def test_malformed_input_responses_are_refused_naming_the_key(responses, names):
     """Malformed inputResponses raise InvalidPayload naming where."""
     with pytest.raises(InvalidPayload, match=names.replace("[", r"\[").replace("]", r"\]")):
         input_from_wire(responses)
+
+
+def test_a_stored_tool_output_round_trips_and_other_json_is_not_one():
+    """ToolOutput's stored form reads back as the same value; JSON that is not a stored
+    tool result (no content list, unknown fields, a non-bool isError) reads as None."""
+    output = ToolOutput(({"type": "text", "text": "2 deploys"},), {"deploys": 2}, meta={"k": 1})
+    assert ToolOutput.from_json(output.to_json()) == output
+    assert ToolOutput.from_json(ToolOutput.of_error("nope").to_json()) == ToolOutput.of_error(
+        "nope"
+    )
+    for other in (
+        {"n": 1},
+        "text",
+        [1],
+        {"content": "x"},
+        {"content": [{"text": "no type"}]},
+        {"content": [], "isError": "yes"},
+        {"content": [], "extra": 1},
+    ):
+        assert ToolOutput.from_json(other) is None, other
+
+
+def test_a_plain_string_result_is_its_json_text_on_the_wire():
+    """A string stored through the store API goes out as its JSON text (quoted), while a
+    handler's returned string is its text as is."""
+    wire = detailed_task(task(status=Status.COMPLETED, result="hi"), now=T0, poll_interval=1)
+    assert wire["result"]["content"] == [{"type": "text", "text": '"hi"'}]
+    assert ToolOutput.of_value("hi").content == ({"type": "text", "text": "hi"},)
+
+
+def test_the_2025_outcome_has_no_result_type_and_names_its_task_when_related():
+    """tasks/result answers the CallToolResult without resultType, with related-task _meta."""
+    result = {"content": [{"type": "text", "text": "ok"}], "isError": False}
+    done = task(status=Status.COMPLETED, result=result)
+    assert legacy_outcome(done, related=False) == {"result": result}
+    related = legacy_outcome(done, related=True)["result"]
+    assert related["_meta"] == {RELATED_TASK: {"taskId": "t1"}}
+    failed = task(status=Status.FAILED, error={"code": -32603, "message": "boom"})
+    assert legacy_outcome(failed, related=True) == {"error": failed.error}
+
+
+def test_protocol_error_codes_are_the_sdk_s():
+    """The codes wire.py names itself (it imports no SDK) are the SDK's constants."""
+    import mcp_types
+
+    assert wire.INVALID_PARAMS == mcp_types.INVALID_PARAMS
+    assert wire.METHOD_NOT_FOUND == mcp_types.METHOD_NOT_FOUND
+    assert wire.HEADER_MISMATCH == mcp_types.HEADER_MISMATCH
+    assert wire.CANNOT_ASK == mcp_types.MISSING_REQUIRED_CLIENT_CAPABILITY
+    assert wire.INTERNAL_ERROR == mcp_types.INTERNAL_ERROR

@@ -30,11 +30,11 @@ from typing import Any, Literal
 import anyio
 from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
 from mcp.shared.exceptions import MCPError
-from mcp_types import INTERNAL_ERROR, CallToolResult, Request, RequestParams, Result
+from mcp_types import CallToolResult, Request, RequestParams, Result
 from pydantic import ConfigDict
 
 from keel.mcp.answers import error_of
-from keel.mcp.wire import TASKS_EXTENSION, cancelled_error
+from keel.mcp.wire import RATE_LIMITED, TASKS_EXTENSION, cancelled_error, unknown_failure
 
 __all__ = [
     "CancelTask",
@@ -56,7 +56,6 @@ __all__ = [
 ]
 
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
-RATE_LIMITED = -32000  # what Keel's server answers a poll that came too soon
 
 InputHandler = Callable[[str, dict[str, Any]], Awaitable[Mapping[str, Any]]]
 """``async def on_input(task_id, input_requests) -> input_responses``.
@@ -188,7 +187,7 @@ def _final(task: Detailed) -> CallToolResult:
         error = (
             cancelled_error(task.task_id)
             if task.status == "cancelled"
-            else {"code": INTERNAL_ERROR, "message": f"task {task.task_id} failed"}
+            else unknown_failure(task.task_id)
         )
     raise error_of(error)
 

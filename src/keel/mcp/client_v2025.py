@@ -28,7 +28,8 @@ import anyio
 import httpx2
 
 from keel.errors import KeelError
-from keel.mcp.v2025 import RELATED_TASK, V2025
+from keel.mcp.v2025 import V2025
+from keel.mcp.wire import RELATED_TASK, method_not_found
 
 __all__ = ["InputCallback", "LegacyClient", "RpcError"]
 
@@ -191,7 +192,7 @@ class LegacyClient:
         elif method == "ping":
             await self._post({"jsonrpc": "2.0", "id": event["id"], "result": {}})
         else:
-            error = {"code": -32601, "message": "Method not found"}
+            error = method_not_found()
             await self._post({"jsonrpc": "2.0", "id": event["id"], "error": error})
 
     # --- tasks ------------------------------------------------------------------------

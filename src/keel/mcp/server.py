@@ -40,15 +40,8 @@ from mcp.server.context import CallNext, HandlerResult, ServerMiddleware
 from mcp.server.extension import Extension, MethodBinding, ToolBinding
 from mcp.server.mcpserver import authenticated_principal, require_client_extension
 from mcp.server.mcpserver.tools import Tool
-from mcp.shared.exceptions import MCPError
 from mcp.shared.inbound import MCP_NAME_HEADER, decode_header_value
-from mcp_types import (
-    HEADER_MISMATCH,
-    INVALID_PARAMS,
-    CallToolRequestParams,
-    InputRequiredResult,
-    RequestParams,
-)
+from mcp_types import CallToolRequestParams, InputRequiredResult, RequestParams
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from keel.errors import InvalidTransition, KeelError, UnknownInputKey
@@ -58,13 +51,18 @@ from keel.mcp.v2025 import TaskIdParams as ResultParams
 from keel.mcp.wire import (
     TASKS_EXTENSION,
     create_task_result,
+    declined_before_start,
     detailed_task,
+    foreign_request_state,
+    header_mismatch,
     input_from_wire,
+    input_request,
+    poll_too_soon,
     tool_outcome,
 )
 from keel.model import Status, Task
 from keel.model.validation import validate_input
-from keel.runtime import Keel, TaskDefinition, Worker
+from keel.runtime import Keel, TaskDefinition, TaskOptions, Worker
 
 __all__ = ["TasksExtension", "keel_lifespan", "mcp_error"]
 
@@ -75,7 +73,6 @@ the retry carries it back (sealed by the SDK) and resumes that same task."""
 BOTH = MODERN | {V2025}  # tasks/get and tasks/cancel: one binding, two generations
 ONLY_2025 = frozenset({V2025})  # tasks/result and tasks/list
 INLINE_POLL = 0.05  # seconds between reads while a call waits for its task inline
-RATE_LIMITED = -32000  # JSON-RPC's implementation-defined server error range
 POLL_SLACK = 0.5  # a poll within this share of pollIntervalMs of the last one is too early
 
 
@@ -132,7 +129,7 @@ def _check_name_header(ctx: ServerRequestContext[Any, Any], task_id: str) -> Non
     # Inspector send none, and FastMCP's own server accepts that too).
     header = request.headers.get(MCP_NAME_HEADER)
     if header is not None and decode_header_value(header) != task_id:
-        raise MCPError(code=HEADER_MISMATCH, message="Mcp-Name header does not match params.taskId")
+        raise error_of(header_mismatch())
 
 
 def _tool_for(definition: TaskDefinition) -> ToolBinding:
@@ -190,12 +187,9 @@ def _ask_first(
         response = given.get(key)
         action = getattr(response, "action", None)
         if response is None:
-            missing[key] = {
-                "method": "elicitation/create",
-                "params": {"mode": "form", "message": message, "requestedSchema": schema},
-            }
+            missing[key] = input_request(message, schema)
         elif action != "accept":
-            raise MCPError(code=INVALID_PARAMS, message=f"input {key!r} was {action}: cannot start")
+            raise error_of(declined_before_start(key, str(action)))
         else:
             answers[key] = getattr(response, "content", None) or {}
     if missing:
@@ -285,7 +279,7 @@ class TasksExtension(Extension):
 
     def _poll_interval(self, task: Task) -> float:
         definition = self.app.tasks.get(task.name or "")
-        return definition.options.poll_interval if definition else 1.0
+        return (definition.options if definition else TaskOptions()).poll_interval
 
     def _wire(self, task: Task) -> dict[str, Any]:
         return detailed_task(
@@ -313,13 +307,8 @@ class TasksExtension(Extension):
                 (task.owner, task.task_id), self._poll_interval(task), time.monotonic()
             )
             if wait > 0:
-                retry_ms = max(1, round(wait * 1000))
-                raise MCPError(
-                    code=RATE_LIMITED,
-                    message=f"polling too fast: wait {retry_ms} ms (pollIntervalMs is "
-                    f"{round(self._poll_interval(task) * 1000)})",
-                    data={"retryAfterMs": retry_ms},
-                )
+                interval_ms = round(self._poll_interval(task) * 1000)
+                raise error_of(poll_too_soon(max(1, round(wait * 1000)), interval_ms))
         return self._wire(task)
 
     async def _update(self, ctx: ServerRequestContext[Any, Any], params: UpdateTaskParams) -> Any:
@@ -411,10 +400,7 @@ class TasksExtension(Extension):
         except KeelError as exc:
             raise mcp_error(exc) from exc
         if task.name != params.name:
-            raise MCPError(
-                code=INVALID_PARAMS,
-                message=f"requestState belongs to a call of {task.name!r}, not {params.name!r}",
-            )
+            raise error_of(foreign_request_state(task.name, params.name))
         given = _responses(params)
         outstanding = {k: v for k, v in given.items() if k in task.pending_input}
         if outstanding and task.status is Status.INPUT_REQUIRED:

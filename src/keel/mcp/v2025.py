@@ -49,9 +49,6 @@ from mcp.server.mcpserver import authenticated_principal
 from mcp.shared.exceptions import MCPError, NoBackChannelError
 from mcp.shared.message import ServerMessageMetadata
 from mcp_types import (
-    INVALID_PARAMS,
-    METHOD_NOT_FOUND,
-    MISSING_REQUIRED_CLIENT_CAPABILITY,
     CallToolRequestParams,
     ElicitRequest,
     ElicitRequestFormParams,
@@ -71,7 +68,19 @@ from keel.errors import (
     UnknownInputKey,
 )
 from keel.mcp.answers import error_of, mcp_error
-from keel.mcp.wire import iso8601, tool_outcome, ttl_ms
+from keel.mcp.wire import (
+    CANNOT_ASK,
+    RELATED_TASK,
+    cannot_start,
+    declined_before_start,
+    invalid_cursor,
+    legacy_outcome,
+    legacy_task,
+    list_not_served,
+    not_a_task_tool,
+    stranded,
+    task_required,
+)
 from keel.model import JsonObject, Status, Task
 from keel.model.validation import validate_input
 from keel.runtime import Keel, TaskDefinition
@@ -90,12 +99,6 @@ __all__ = [
 V2025 = "2025-11-25"
 """The one handshake version with tasks."""
 LEGACY = frozenset(HANDSHAKE_PROTOCOL_VERSIONS)
-RELATED_TASK = "io.modelcontextprotocol/related-task"
-CANNOT_ASK = MISSING_REQUIRED_CLIENT_CAPABILITY
-"""``-32021``: a task needs input and the client cannot be asked (no form elicitation
-capability, or no channel to ask on). The task is cancelled (a task that asks before it
-starts is not created); ``data`` has ``taskId``, ``inputRequests`` (the keys) and
-``requiredCapabilities``."""
 LIST_PAGE = 50
 """Tasks per ``tasks/list`` page."""
 WAIT_POLL = 0.05  # seconds between store reads while a request waits for a task …
@@ -112,34 +115,6 @@ class ListParams(RequestParams):
     cursor: str | None = None
 
 
-def legacy_task(
-    task: Task, *, now: float, poll_interval: float, expose_crashes: bool = False
-) -> JsonObject:
-    """The 2025-11-25 ``Task``: ``ttl`` and ``pollInterval`` in ms; a result with
-    ``isError`` is ``failed`` (stored ``completed``, as the 2026 wire shows it)."""
-    status = task.status.value
-    message = task.status_message
-    if task.status in {Status.COMPLETED, Status.FAILED}:
-        outcome = tool_outcome(task, expose_crashes=expose_crashes)
-        if "error" in outcome:
-            message = f"failed: {outcome['error']['message']}"
-        elif outcome["result"].get("isError"):
-            status = "failed"
-            texts = [b.get("text") for b in outcome["result"].get("content", []) if b.get("text")]
-            message = f"the tool returned an error: {texts[0]}" if texts else "isError result"
-    wire: JsonObject = {
-        "taskId": task.task_id,
-        "status": status,
-        "createdAt": iso8601(task.created_at),
-        "lastUpdatedAt": iso8601(task.updated_at),
-        "ttl": ttl_ms(task, now),
-        "pollInterval": max(1, round(poll_interval * 1000)),
-    }
-    if message:
-        wire["statusMessage"] = message
-    return wire
-
-
 def _can_elicit(ctx: ServerRequestContext[Any, Any]) -> bool:
     """Whether the client declared form elicitation (``{}`` means form, 2025-11-25)."""
     capabilities = ctx.session.client_capabilities
@@ -149,13 +124,7 @@ def _can_elicit(ctx: ServerRequestContext[Any, Any]) -> bool:
 
 def _cannot_start(definition: TaskDefinition, why: str) -> MCPError:
     """:data:`CANNOT_ASK` for a task that asks before it starts (none is created)."""
-    keys = sorted(definition.options.ask_first or {})
-    return MCPError(
-        code=CANNOT_ASK,
-        message=f"tool {definition.name!r} needs input ({', '.join(keys)}) before it starts "
-        f"and its client cannot be asked: {why}; no task was created",
-        data={"inputRequests": keys, "requiredCapabilities": {"elicitation": {"form": {}}}},
-    )
+    return error_of(cannot_start(definition.name, sorted(definition.options.ask_first or {}), why))
 
 
 class LegacyTasks:
@@ -212,9 +181,7 @@ class LegacyTasks:
                 return await self._call(ctx, definition)
             if ctx.protocol_version == V2025 and (ctx.params or {}).get("task") is not None:
                 # Not a Keel tool: its taskSupport is "forbidden".
-                raise MCPError(
-                    code=METHOD_NOT_FOUND, message=f"tool {name!r} cannot be called as a task"
-                )
+                raise error_of(not_a_task_tool(name))
         return await call_next(ctx)
 
     def _initialized(self, ctx: ServerRequestContext[Any, Any], result: Any) -> HandlerResult:
@@ -246,10 +213,7 @@ class LegacyTasks:
         params = CallToolRequestParams.model_validate(ctx.params or {}, by_name=False)
         augmented = params.task is not None and ctx.protocol_version == V2025
         if not augmented and definition.options.task_mode == "required":
-            raise MCPError(
-                code=METHOD_NOT_FOUND,
-                message=f"tool {definition.name!r} must be called as a task (params.task)",
-            )
+            raise error_of(task_required(definition.name))
         arguments = dict(params.arguments or {})
         try:
             schema = self.schemas.get(definition.name)
@@ -283,9 +247,7 @@ class LegacyTasks:
             except NoBackChannelError:
                 raise _cannot_start(definition, "this connection has no channel") from None
             if answer.action != "accept":
-                raise MCPError(
-                    code=INVALID_PARAMS, message=f"input {key!r} was {answer.action}: cannot start"
-                )
+                raise error_of(declined_before_start(key, answer.action))
             answers[key] = answer.content or {}
         return answers
 
@@ -323,17 +285,13 @@ class LegacyTasks:
     async def list(self, ctx: ServerRequestContext[Any, Any], params: ListParams) -> HandlerResult:
         """``tasks/list``: the caller's own tasks, oldest first, :data:`LIST_PAGE` a page."""
         if authenticated_principal(ctx) is None:
-            raise MCPError(
-                code=METHOD_NOT_FOUND,
-                message="tasks/list is served only by servers that authenticate their "
-                "callers (the tasks capability does not declare list here)",
-            )
+            raise error_of(list_not_served())
         owner = self.owner(ctx)
         if params.cursor is not None:
             try:
                 await self.app.store.get(params.cursor, owner=owner)
             except TaskNotFound:
-                raise MCPError(code=INVALID_PARAMS, message="Invalid cursor") from None
+                raise error_of(invalid_cursor()) from None
         try:
             tasks = await self.app.store.list(owner=owner, limit=LIST_PAGE + 1, after=params.cursor)
         except KeelError as exc:
@@ -367,13 +325,10 @@ class LegacyTasks:
                 await anyio.sleep(pause)
                 pause = min(pause * 2, WAIT_POLL_MAX)
             task = await self._lookup(ctx, task.task_id)
-        outcome = tool_outcome(task, expose_crashes=self.expose_crashes)
+        outcome = legacy_outcome(task, related=related, expose_crashes=self.expose_crashes)
         if "error" in outcome:
             raise error_of(outcome["error"])
-        result = {k: v for k, v in outcome["result"].items() if k != "resultType"}
-        if related:
-            meta = result.get("_meta") or {}
-            result["_meta"] = {**meta, RELATED_TASK: {"taskId": task.task_id}}
+        result: HandlerResult = outcome["result"]
         return result
 
     async def _notify(self, ctx: ServerRequestContext[Any, Any], task: Task) -> None:
@@ -442,12 +397,4 @@ class LegacyTasks:
         reason = f"the task needs input ({keys}) and its client cannot be asked: {why}"
         with contextlib.suppress(InvalidTransition):  # it ended meanwhile: still refused
             await self.app.cancel(task.task_id, reason=reason, owner=task.owner)
-        raise MCPError(
-            code=CANNOT_ASK,
-            message=f"task {task.task_id} was cancelled: {reason}",
-            data={
-                "taskId": task.task_id,
-                "inputRequests": sorted(task.pending_input),
-                "requiredCapabilities": {"elicitation": {"form": {}}},
-            },
-        )
+        raise error_of(stranded(task.task_id, sorted(task.pending_input), reason))

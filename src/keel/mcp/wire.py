@@ -18,7 +18,12 @@ functions here, so a client sees the same thing whichever way it asked:
 * :func:`tool_outcome` turns a finished task into what its ``tools/call`` would have
   answered: a ``CallToolResult`` (``isError`` results stay results) or a JSON-RPC error
   (a ``failed`` task's error, code and message kept; a ``cancelled`` task's
-  :data:`TASK_CANCELLED`).
+  :data:`TASK_CANCELLED`); :func:`legacy_outcome` is the same for 2025-11-25.
+
+Every other error a handler answers (a protocol condition rather than a Keel error: a
+poll too soon, a tool that must be called as a task, a client that cannot be asked …)
+is built by a function of the last section here, so that its code and text have one home.
+A completed task's result is read only through :class:`keel.runtime.outcomes.ToolOutput`.
 
 A task that failed because its handler raised an unexpected exception carries
 ``data.exception`` (see :func:`keel.runtime.outcomes.crash_error`); on the wire its message
@@ -29,7 +34,6 @@ operators (``keel tasks show``).
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -43,28 +47,60 @@ from keel.errors import (
     TaskNotFound,
 )
 from keel.model import INTERNAL_ERROR, JsonObject, Status, Task
+from keel.runtime.outcomes import ToolOutput
 
 __all__ = [
+    "CANNOT_ASK",
     "ERROR_CODES",
+    "HEADER_MISMATCH",
     "INVALID_PARAMS",
+    "METHOD_NOT_FOUND",
     "NOT_FOUND",
+    "RATE_LIMITED",
+    "RELATED_TASK",
     "TASKS_EXTENSION",
     "TASK_CANCELLED",
+    "call_tool_result",
     "cancelled_error",
+    "cannot_start",
     "create_task_result",
+    "declined_before_start",
     "detailed_task",
+    "foreign_request_state",
+    "header_mismatch",
     "input_from_wire",
+    "input_request",
+    "invalid_cursor",
     "iso8601",
+    "legacy_outcome",
+    "legacy_task",
+    "list_not_served",
+    "method_not_found",
+    "not_a_task_tool",
+    "poll_too_soon",
     "public_error",
     "rpc_error",
+    "stored_output",
+    "stranded",
+    "task_required",
     "tool_outcome",
     "ttl_ms",
+    "unknown_failure",
 ]
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 """The extension's identifier, under ``capabilities.extensions``."""
 
 INVALID_PARAMS = -32602  # JSON-RPC: the request's params are wrong
+METHOD_NOT_FOUND = -32601  # JSON-RPC: no such method (or not for this tool)
+RATE_LIMITED = -32000  # JSON-RPC's implementation-defined server error range: a poll too soon
+HEADER_MISMATCH = -32020  # MCP: an Mcp-Name header that disagrees with the params
+CANNOT_ASK = -32021
+"""MCP's "missing required client capability": a task needs input and the client cannot
+be asked (no form elicitation capability, or no channel to ask on), or a client without
+the tasks extension calls a ``task_mode="required"`` tool. ``data`` says what is missing."""
+RELATED_TASK = "io.modelcontextprotocol/related-task"
+"""The ``_meta`` key that ties a 2025-11-25 message to its task."""
 TASK_CANCELLED = -32800
 """The answer to a call whose task was cancelled (no spec defines one; -32800 is the
 "request cancelled" code of the Language Server Protocol, outside JSON-RPC's reserved
@@ -108,7 +144,7 @@ def tool_outcome(task: Task, *, expose_crashes: bool = False) -> JsonObject:
         ValueError: the task has not finished.
     """
     if task.status is Status.COMPLETED:
-        return {"result": _tool_result(task.result)}
+        return {"result": {"resultType": "complete", **call_tool_result(stored_output(task))}}
     if task.status is Status.FAILED:
         return {"error": public_error(task.error, expose_crashes=expose_crashes)}
     if task.status is Status.CANCELLED:
@@ -167,14 +203,7 @@ def detailed_task(
         wire["statusMessage"] = task.status_message
     if task.status is Status.INPUT_REQUIRED:
         wire["inputRequests"] = {
-            key: {
-                "method": "elicitation/create",
-                "params": {
-                    "mode": "form",
-                    "message": request.message,
-                    "requestedSchema": request.schema,
-                },
-            }
+            key: input_request(request.message, request.schema)
             for key, request in task.pending_input.items()
         }
     elif task.status is Status.COMPLETED:
@@ -196,20 +225,30 @@ def create_task_result(
     return {"resultType": "task", **detailed}
 
 
-def _tool_result(result: Any) -> JsonObject:
-    # Runtime tasks store a CallToolResult already; a task finished through the store's
-    # own API may hold any JSON, which goes out as text (and as structured content when
-    # it is an object).
-    if isinstance(result, Mapping) and isinstance(result.get("content"), list):
-        return {**result, "resultType": "complete"}
-    wrapped: JsonObject = {
-        "resultType": "complete",
-        "content": [{"type": "text", "text": json.dumps(result, ensure_ascii=False)}],
-        "isError": False,
+def stored_output(task: Task) -> ToolOutput:
+    """A completed task's result as a tool result: what the runtime stored, or (a task
+    finished through the store's own API may hold any JSON) that JSON as text, and as
+    structured content when it is an object."""
+    output = ToolOutput.from_json(task.result)
+    return ToolOutput.of_json(task.result) if output is None else output
+
+
+def call_tool_result(output: ToolOutput) -> JsonObject:
+    """A ``CallToolResult`` (without the 2026 ``resultType``)."""
+    result: JsonObject = {"content": list(output.content), "isError": output.is_error}
+    if output.structured is not None:
+        result["structuredContent"] = output.structured
+    if output.meta is not None:
+        result["_meta"] = output.meta
+    return result
+
+
+def input_request(message: str, schema: JsonObject) -> JsonObject:
+    """One entry of ``inputRequests``: a form ``elicitation/create`` request."""
+    return {
+        "method": "elicitation/create",
+        "params": {"mode": "form", "message": message, "requestedSchema": schema},
     }
-    if isinstance(result, Mapping):
-        wrapped["structuredContent"] = dict(result)
-    return wrapped
 
 
 def input_from_wire(responses: Any) -> tuple[dict[str, Any], dict[str, str]]:
@@ -239,3 +278,140 @@ def input_from_wire(responses: Any) -> tuple[dict[str, Any], dict[str, str]]:
                 f"inputResponses[{key!r}].action must be accept, decline or cancel, not {action!r}"
             )
     return answers, declined
+
+
+# --- 2025-11-25 ---------------------------------------------------------------------------
+
+
+def legacy_task(
+    task: Task, *, now: float, poll_interval: float, expose_crashes: bool = False
+) -> JsonObject:
+    """The 2025-11-25 ``Task``: ``ttl`` and ``pollInterval`` in ms; a result with
+    ``isError`` is ``failed`` (stored ``completed``, as the 2026 wire shows it)."""
+    status = task.status.value
+    message = task.status_message
+    if task.status is Status.FAILED:
+        message = f"failed: {public_error(task.error, expose_crashes=expose_crashes)['message']}"
+    elif task.status is Status.COMPLETED:
+        output = stored_output(task)
+        if output.is_error:
+            status = "failed"
+            texts = [b.get("text") for b in output.content if b.get("text")]
+            message = f"the tool returned an error: {texts[0]}" if texts else "isError result"
+    wire: JsonObject = {
+        "taskId": task.task_id,
+        "status": status,
+        "createdAt": iso8601(task.created_at),
+        "lastUpdatedAt": iso8601(task.updated_at),
+        "ttl": ttl_ms(task, now),
+        "pollInterval": max(1, round(poll_interval * 1000)),
+    }
+    if message:
+        wire["statusMessage"] = message
+    return wire
+
+
+def legacy_outcome(task: Task, *, related: bool, expose_crashes: bool = False) -> JsonObject:
+    """:func:`tool_outcome` for 2025-11-25: the ``CallToolResult`` has no ``resultType``,
+    and answering ``tasks/result`` (``related``) it carries the related-task ``_meta``."""
+    outcome = tool_outcome(task, expose_crashes=expose_crashes)
+    if "error" in outcome:
+        return outcome
+    result = call_tool_result(stored_output(task))
+    if related:
+        result["_meta"] = {**(result.get("_meta") or {}), RELATED_TASK: {"taskId": task.task_id}}
+    return {"result": result}
+
+
+# --- protocol errors (not Keel errors: conditions of the protocol itself) ----------------
+
+
+def header_mismatch() -> JsonObject:
+    """A present ``Mcp-Name`` header that is not the request's ``taskId``."""
+    return {"code": HEADER_MISMATCH, "message": "Mcp-Name header does not match params.taskId"}
+
+
+def poll_too_soon(wait_ms: int, poll_interval_ms: int) -> JsonObject:
+    """A ``tasks/get`` that came sooner than the task's poll interval allows."""
+    return {
+        "code": RATE_LIMITED,
+        "message": f"polling too fast: wait {wait_ms} ms (pollIntervalMs is {poll_interval_ms})",
+        "data": {"retryAfterMs": wait_ms},
+    }
+
+
+def declined_before_start(key: str, action: str) -> JsonObject:
+    """Input a task asks for before it starts was declined: no task is created."""
+    return {"code": INVALID_PARAMS, "message": f"input {key!r} was {action}: cannot start"}
+
+
+def foreign_request_state(task_name: str | None, tool: str) -> JsonObject:
+    """A retry whose ``requestState`` names a task of another tool."""
+    return {
+        "code": INVALID_PARAMS,
+        "message": f"requestState belongs to a call of {task_name!r}, not {tool!r}",
+    }
+
+
+def invalid_cursor() -> JsonObject:
+    """A ``tasks/list`` cursor that names none of the caller's tasks."""
+    return {"code": INVALID_PARAMS, "message": "Invalid cursor"}
+
+
+def method_not_found() -> JsonObject:
+    """A request for a method the receiver does not serve."""
+    return {"code": METHOD_NOT_FOUND, "message": "Method not found"}
+
+
+def not_a_task_tool(tool: object) -> JsonObject:
+    """A 2025-11-25 task-augmented call of a tool that is no Keel task (``forbidden``)."""
+    return {"code": METHOD_NOT_FOUND, "message": f"tool {tool!r} cannot be called as a task"}
+
+
+def task_required(tool: str) -> JsonObject:
+    """A 2025-11-25 plain call of a ``task_mode="required"`` tool."""
+    return {
+        "code": METHOD_NOT_FOUND,
+        "message": f"tool {tool!r} must be called as a task (params.task)",
+    }
+
+
+def list_not_served() -> JsonObject:
+    """``tasks/list`` on a server that cannot tell its callers apart."""
+    return {
+        "code": METHOD_NOT_FOUND,
+        "message": "tasks/list is served only by servers that authenticate their "
+        "callers (the tasks capability does not declare list here)",
+    }
+
+
+def _elicitation_form() -> JsonObject:
+    return {"elicitation": {"form": {}}}
+
+
+def cannot_start(tool: str, keys: list[str], why: str) -> JsonObject:
+    """:data:`CANNOT_ASK` for a task that asks before it starts (none is created)."""
+    return {
+        "code": CANNOT_ASK,
+        "message": f"tool {tool!r} needs input ({', '.join(keys)}) before it starts "
+        f"and its client cannot be asked: {why}; no task was created",
+        "data": {"inputRequests": keys, "requiredCapabilities": _elicitation_form()},
+    }
+
+
+def stranded(task_id: str, keys: list[str], reason: str) -> JsonObject:
+    """:data:`CANNOT_ASK` for a task cancelled because its client cannot give its input."""
+    return {
+        "code": CANNOT_ASK,
+        "message": f"task {task_id} was cancelled: {reason}",
+        "data": {
+            "taskId": task_id,
+            "inputRequests": keys,
+            "requiredCapabilities": _elicitation_form(),
+        },
+    }
+
+
+def unknown_failure(task_id: str) -> JsonObject:
+    """What a client reports for a failed task whose error it was not shown."""
+    return {"code": INTERNAL_ERROR, "message": f"task {task_id} failed"}

@@ -18,6 +18,7 @@ from keel.errors import (
     TaskNotFound,
     UnknownInputKey,
 )
+from keel.model.machine import ALLOWED, DECLINED, INTERNAL_ERROR, Change, can_move
 from keel.model.task import (
     DEFAULT_INPUT_KEY,
     TERMINAL,
@@ -29,7 +30,6 @@ from keel.model.task import (
     Status,
     Task,
 )
-from keel.model.transitions import ALLOWED, DECLINED, INTERNAL_ERROR, Change, can_move
 from keel.model.validation import Limits
 
 __all__ = [

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
+import dataclasses
 import importlib
 import inspect
 import os
@@ -15,6 +14,7 @@ from typing import Any, Literal, TypeVar
 from keel.errors import ConfigurationError, InvalidPayload
 from keel.model import InputRequest, JsonObject, JsonValue, Status, Task
 from keel.model.validation import check_answer_keys, check_key, check_schema, validate_input
+from keel.runtime.events import EventHub
 from keel.runtime.outcomes import ResultShape
 from keel.store import Clock, Store, open_store
 from keel.store.locations import parse_location, resolve_location
@@ -33,7 +33,11 @@ MAX_INLINE_WITHIN = 1.0  # seconds: longer waits belong in a task handle, not a 
 
 @dataclass(frozen=True, slots=True)
 class TaskOptions:
-    """How one kind of task runs."""
+    """How one kind of task runs: the one home of every default.
+
+    Give them to :meth:`Keel.task` whole (``options=``), or override single fields by
+    keyword (``@app.task(max_attempts=1)``), or both.
+    """
 
     input_schema: JsonObject | None = None
     """JSON Schema of the arguments; checked before a task is created."""
@@ -74,6 +78,39 @@ class TaskDefinition:
             validate_input("(new task)", "arguments", self.options.input_schema, dict(arguments))
 
 
+_OPTION_FIELDS = frozenset(f.name for f in dataclasses.fields(TaskOptions))
+
+
+def _checked_options(options: TaskOptions, handler: Handler) -> TaskOptions:
+    """``options`` checked, with their schemas in the form the store keeps and the
+    description defaulting to the handler's docstring.
+
+    Raises:
+        ConfigurationError: an option out of its range, or a schema that is not one.
+    """
+    if options.task_mode not in {"optional", "required"}:
+        raise ConfigurationError("task_mode must be 'optional' or 'required'")
+    if options.max_attempts < 1 or options.lease_seconds <= 0:
+        raise ConfigurationError("max_attempts must be >= 1 and lease_seconds > 0")
+    if not 0 <= options.inline_within <= MAX_INLINE_WITHIN:
+        raise ConfigurationError(
+            f"inline_within must be between 0 and {MAX_INLINE_WITHIN:g} seconds"
+        )
+    schema = options.input_schema
+    asked = options.ask_first
+    return dataclasses.replace(
+        options,
+        input_schema=None if schema is None else check_schema(schema, "input_schema"),
+        description=inspect.cleandoc(options.description or handler.__doc__ or "") or None,
+        ask_first=None
+        if not asked
+        else {
+            key: (message, check_schema(wanted, f"ask_first[{key!r}]"))
+            for key, (message, wanted) in asked.items()
+        },
+    )
+
+
 class Keel:
     """An application: a store and the handlers of its tasks.
 
@@ -97,6 +134,9 @@ class Keel:
             self._store = store
         self._clock = clock
         self._tasks: dict[str, TaskDefinition] = {}
+        self.events = EventHub()
+        """This process's workers of this app: told at once of tasks submitted, answered
+        or cancelled through it (no wait for their next poll)."""
 
     @property
     def location(self) -> str | None:
@@ -125,28 +165,25 @@ class Keel:
         return dict(self._tasks)
 
     def task(
-        self,
-        name: str | None = None,
-        *,
-        input_schema: Mapping[str, Any] | None = None,
-        task_mode: Literal["optional", "required"] = "optional",
-        max_attempts: int = 3,
-        lease_seconds: float = DEFAULT_LEASE,
-        deadline_seconds: float | None = None,
-        ttl_seconds: float | None = DEFAULT_TTL,
-        poll_interval: float = DEFAULT_POLL_INTERVAL,
-        retry_base: float = 1.0,
-        retry_cap: float = 60.0,
-        description: str | None = None,
-        ask_first: Mapping[str, tuple[str, Mapping[str, Any]]] | None = None,
-        inline_within: float = 0.0,
+        self, name: str | None = None, options: TaskOptions | None = None, **overrides: Any
     ) -> Callable[[H], H]:
-        """Register ``async def handler(ctx, **arguments)`` as the task ``name``.
+        """Register ``async def handler(ctx, **arguments)`` as the task ``name`` (default:
+        the handler's name), run as ``options`` say (default: ``TaskOptions()``) with any
+        of their fields overridden by keyword: ``@app.task(max_attempts=1)``. The tool's
+        description defaults to the handler's docstring.
 
         Raises:
+            TypeError: an override that is not a :class:`TaskOptions` field.
             ConfigurationError: a duplicate name, a handler that is not async, bad options,
                 a return annotation that cannot be evaluated or has no JSON Schema.
         """
+        unknown = sorted(set(overrides) - _OPTION_FIELDS)
+        if unknown:
+            raise TypeError(
+                f"Keel.task() got an unexpected keyword argument {unknown[0]!r} "
+                f"(the options are TaskOptions' fields: {', '.join(sorted(_OPTION_FIELDS))})"
+            )
+        chosen = dataclasses.replace(options or TaskOptions(), **overrides)
 
         def register(handler: H) -> H:
             registered = handler  # iscoroutinefunction below narrows `handler`'s type
@@ -155,42 +192,9 @@ class Keel:
                 raise ConfigurationError(f"task {task_name!r} is registered twice")
             if not inspect.iscoroutinefunction(handler):
                 raise ConfigurationError(f"handler of task {task_name!r} must be `async def`")
-            if task_mode not in {"optional", "required"}:
-                raise ConfigurationError("task_mode must be 'optional' or 'required'")
-            if max_attempts < 1 or lease_seconds <= 0:
-                raise ConfigurationError("max_attempts must be >= 1 and lease_seconds > 0")
-            if not 0 <= inline_within <= MAX_INLINE_WITHIN:
-                raise ConfigurationError(
-                    f"inline_within must be between 0 and {MAX_INLINE_WITHIN:g} seconds"
-                )
-            schema = None if input_schema is None else check_schema(input_schema, "input_schema")
+            checked = _checked_options(chosen, handler)
             output = ResultShape.of(task_name, handler)
-            self._tasks[task_name] = TaskDefinition(
-                task_name,
-                handler,
-                TaskOptions(
-                    input_schema=schema,
-                    task_mode=task_mode,
-                    max_attempts=max_attempts,
-                    lease_seconds=lease_seconds,
-                    deadline_seconds=deadline_seconds,
-                    ttl_seconds=ttl_seconds,
-                    poll_interval=poll_interval,
-                    retry_base=retry_base,
-                    retry_cap=retry_cap,
-                    inline_within=inline_within,
-                    description=inspect.cleandoc(description or handler.__doc__ or "") or None,
-                    ask_first=(
-                        None
-                        if not ask_first
-                        else {
-                            key: (message, check_schema(schema, f"ask_first[{key!r}]"))
-                            for key, (message, schema) in ask_first.items()
-                        }
-                    ),
-                ),
-                output,
-            )
+            self._tasks[task_name] = TaskDefinition(task_name, handler, checked, output)
             return registered
 
         return register
@@ -241,7 +245,7 @@ class Keel:
             input_requests=requests or None,
             input_responses={k: (answers or {})[k] for k in requests} or None,
         )
-        self._ready()
+        self.events.ready()
         return task
 
     async def answer(
@@ -266,74 +270,20 @@ class Keel:
             check_answer_keys(waiting, [*answers, *(declined or {})])
         task = await self.store.provide_input(task_id, answers, owner=owner, declined=declined)
         if task.status is Status.WORKING:
-            self._ready()
+            self.events.ready()
         return task
-
-    def _ready(self) -> None:
-        """Tell this process's workers that a task may be ready (no wait for a poll)."""
-        for listener in list(_LISTENERS.get(id(self), ())):
-            listener.on_ready()
 
     async def cancel(
         self, task_id: str, *, reason: str | None = None, owner: str | None = None
     ) -> Task:
         """Cancel a task: durable at once; a running handler stops at its next await."""
         task = await self.store.cancel(task_id, reason=reason, owner=owner)
-        for listener in list(_LISTENERS.get(id(self), ())):
-            listener.on_cancel(task_id)
+        self.events.cancelled(task_id)
         return task
 
     async def close(self) -> None:
         if self._store is not None:
             await self._store.close()
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class _Listener:
-    """A worker's callbacks, run on the worker's own event loop whichever thread calls."""
-
-    cancel: Callable[[str], None]
-    ready: Callable[[], None]
-    loop: asyncio.AbstractEventLoop | None
-
-    def _call(self, fn: Callable[..., None], *args: Any) -> None:
-        if self.loop is None or _running_loop() is self.loop:
-            fn(*args)
-        else:
-            with contextlib.suppress(RuntimeError):  # that loop is closed: nobody to tell
-                self.loop.call_soon_threadsafe(fn, *args)
-
-    def on_cancel(self, task_id: str) -> None:
-        self._call(self.cancel, task_id)
-
-    def on_ready(self) -> None:
-        self._call(self.ready)
-
-
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:  # no asyncio loop here (a plain thread, or trio)
-        return None
-
-
-_LISTENERS: dict[int, list[_Listener]] = {}
-"""Workers in this process, by app: told at once about tasks submitted, answered or
-cancelled through the app (other processes learn by polling, or LISTEN/NOTIFY)."""
-
-
-def _listen(
-    app: Keel, on_cancel: Callable[[str], None], on_ready: Callable[[], None] = lambda: None
-) -> Callable[[], None]:
-    listener = _Listener(on_cancel, on_ready, _running_loop())
-    _LISTENERS.setdefault(id(app), []).append(listener)
-
-    def stop() -> None:
-        listeners = _LISTENERS.get(id(app), [])
-        if listener in listeners:
-            listeners.remove(listener)
-
-    return stop
 
 
 def load_app(spec: str) -> Keel:

@@ -21,14 +21,14 @@ from keel.model.validation import check_schema
 from keel.runtime.outcomes import InputDeclined
 from keel.store import Store
 
-__all__ = ["Parked", "TaskContext", "check_elicitation_schema"]
+__all__ = ["Parking", "TaskContext", "check_elicitation_schema"]
 
 T = TypeVar("T")
 
 _PRIMITIVE = {"string", "number", "integer", "boolean"}
 
 
-class Parked(BaseException):
+class Parking(BaseException):
     """Ends an attempt that waits for input. A BaseException, so that a handler's
     ``except Exception`` does not swallow it; the worker catches it."""
 
@@ -185,7 +185,7 @@ class TaskContext:
                 missing[key] = InputRequest(message, checked)
         if missing:
             await self._store.request_input(task.task_id, missing, fence=self.fence)
-            raise Parked(list(missing))
+            raise Parking(list(missing))
         return answers
 
     async def status(self, message: str | None) -> None:

@@ -1,4 +1,5 @@
-"""How a handler's ending becomes a task's outcome.
+"""How a handler's ending becomes a task's outcome: an :data:`AttemptOutcome`, which the
+worker writes, and the :class:`ToolOutput` a completed task stores.
 
 * a returned value -> ``completed`` with a tool result (``content`` + ``structuredContent``);
   a handler whose return annotation is a typed object (:class:`ResultShape`) promises its
@@ -19,11 +20,11 @@ import sys
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
 
 import typing_extensions
 
-from keel.errors import ConfigurationError, KeelError
+from keel.errors import ConfigurationError, InputDeclined, TaskFailed, ToolError
 from keel.model import INTERNAL_ERROR, JsonObject, JsonValue
 
 if TYPE_CHECKING:
@@ -32,45 +33,25 @@ if TYPE_CHECKING:
     from pydantic.json_schema import GenerateJsonSchema
 
 __all__ = [
+    "AttemptOutcome",
+    "Completed",
+    "Failed",
     "InputDeclined",
+    "Parked",
     "ResultShape",
+    "Retry",
+    "Stopped",
     "TaskFailed",
     "ToolError",
+    "ToolOutput",
     "ToolResult",
     "backoff",
+    "crash_error",
+    "error_result",
     "tool_result",
 ]
 
 S = TypeVar("S")
-
-
-class ToolError(Exception):
-    """Raise from a handler to end the task ``completed`` with ``isError: true``."""
-
-    def __init__(self, message: str, *, structured: JsonObject | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.structured = structured
-
-
-class TaskFailed(Exception):
-    """Raise from a handler to end the task ``failed`` with a JSON-RPC error, no retry."""
-
-    def __init__(self, message: str, *, code: int = INTERNAL_ERROR, data: JsonValue = None):
-        super().__init__(message)
-        self.error: JsonObject = {"code": code, "message": message}
-        if data is not None:
-            self.error["data"] = data
-
-
-class InputDeclined(KeelError):
-    """The user declined (or cancelled) an input request; a handler may catch it."""
-
-    def __init__(self, key: str, action: str) -> None:
-        done = {"decline": "declined", "cancel": "cancelled"}.get(action, action)
-        super().__init__(f"input request {key!r} was {done} by the user")
-        self.key = key
-        self.action = action
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,8 +241,82 @@ def _name(annotation: Any) -> str:
     return getattr(annotation, "__name__", None) or repr(annotation)
 
 
-def tool_result(value: Any, shape: ResultShape | None = None) -> JsonObject:
-    """A handler's return value as a tool result (MCP ``CallToolResult`` shape).
+@dataclass(frozen=True, slots=True)
+class ToolOutput:
+    """A tool result as its task stores it: content blocks for people, structured content
+    for programs, and whether it reports a domain error.
+
+    Its stored form (:meth:`to_json`) has the field names of MCP's ``CallToolResult``
+    (``content``, ``structuredContent``, ``isError``, ``_meta``) on purpose: it is the
+    durable record that ``keel tasks show`` prints and that every version of Keel has
+    stored. This class is its one codec; the wire shapes made of it (which differ by
+    protocol generation) are built in ``keel.mcp.wire`` only.
+    """
+
+    content: tuple[JsonObject, ...]
+    structured: JsonObject | None = None
+    is_error: bool = False
+    meta: JsonObject | None = None
+
+    @classmethod
+    def of_text(cls, text: str, *, structured: JsonObject | None = None) -> ToolOutput:
+        """A result of one text block."""
+        return cls(({"type": "text", "text": text},), structured)
+
+    @classmethod
+    def of_error(cls, message: str, *, structured: JsonObject | None = None) -> ToolOutput:
+        """A domain error (``isError``): the model sees it as the tool's answer."""
+        return cls(({"type": "text", "text": message},), structured, is_error=True)
+
+    @classmethod
+    def of_json(cls, value: JsonValue) -> ToolOutput:
+        """Any JSON value as its JSON text; an object is its structured content too."""
+        structured = dict(value) if isinstance(value, dict) else None
+        return cls.of_text(json.dumps(value, ensure_ascii=False), structured=structured)
+
+    @classmethod
+    def of_value(cls, value: JsonValue) -> ToolOutput:
+        """A handler's plain return value: a string is its text, any other JSON as
+        :meth:`of_json`."""
+        return cls.of_text(value) if isinstance(value, str) else cls.of_json(value)
+
+    def to_json(self) -> JsonObject:
+        """The stored form (see the class docstring)."""
+        stored: JsonObject = {"content": list(self.content), "isError": self.is_error}
+        if self.structured is not None:
+            stored["structuredContent"] = self.structured
+        if self.meta is not None:
+            stored["_meta"] = self.meta
+        return stored
+
+    @classmethod
+    def from_json(cls, stored: JsonValue) -> ToolOutput | None:
+        """The tool result a task's stored result holds, or None when it holds other
+        JSON (a task finished through the store's own API may hold any)."""
+        if not isinstance(stored, dict) or not set(stored) <= _STORED_FIELDS:
+            return None
+        content, structured = stored.get("content"), stored.get("structuredContent")
+        is_error, meta = stored.get("isError", False), stored.get("_meta")
+        if not isinstance(content, list) or not all(_is_block(b) for b in content):
+            return None
+        if not isinstance(is_error, bool) or not _object_or_none(structured, meta):
+            return None
+        return cls(tuple(content), structured, is_error, meta)
+
+
+_STORED_FIELDS = frozenset({"content", "structuredContent", "isError", "_meta"})
+
+
+def _is_block(block: Any) -> bool:
+    return isinstance(block, dict) and isinstance(block.get("type"), str)
+
+
+def _object_or_none(*values: Any) -> bool:
+    return all(value is None or isinstance(value, dict) for value in values)
+
+
+def tool_result(value: Any, shape: ResultShape | None = None) -> ToolOutput:
+    """A handler's return value as a tool result.
 
     With the handler's ``shape``, the structured content is made to match its
     ``outputSchema`` (see :class:`ResultShape`); the one place results get it.
@@ -271,35 +326,69 @@ def tool_result(value: Any, shape: ResultShape | None = None) -> JsonObject:
     """
     if isinstance(value, ToolResult):
         structured = value.structured if shape is None else shape.structured(value.structured)
-        result: JsonObject = {
-            "content": [{"type": "text", "text": value.text}, *value.extra_content],
-            "isError": False,
-        }
-        if structured is not None:
-            result["structuredContent"] = structured
-        return result
+        text = {"type": "text", "text": value.text}
+        return ToolOutput((text, *value.extra_content), structured)
     if shape is not None:
         value = shape.structured(value)
-    if isinstance(value, str):
-        return {"content": [{"type": "text", "text": value}], "isError": False}
-    text = json.dumps(value, ensure_ascii=False)
-    result = {"content": [{"type": "text", "text": text}], "isError": False}
-    if isinstance(value, dict):
-        result["structuredContent"] = value
-    return result
+    return ToolOutput.of_value(value)
 
 
-def error_result(error: ToolError, shape: ResultShape | None = None) -> JsonObject:
-    """A :class:`ToolError` as a tool result with ``isError: true``.
+def error_result(error: ToolError, shape: ResultShape | None = None) -> ToolOutput:
+    """A :class:`ToolError` as a tool result with ``isError``.
 
     Its structured content is kept only for a tool that publishes no ``outputSchema``
     (``shape`` None): clients (the TypeScript SDK, the Inspector) check any structured
     content against the tool's output schema, error or not, and an error's seldom fits.
     """
-    result: JsonObject = {"content": [{"type": "text", "text": error.message}], "isError": True}
-    if error.structured is not None and shape is None:
-        result["structuredContent"] = error.structured
-    return result
+    return ToolOutput.of_error(
+        error.message, structured=error.structured if shape is None else None
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Completed:
+    """The handler returned (or raised :class:`ToolError`): the task completes with this
+    tool result, ``isError`` included."""
+
+    output: ToolOutput
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """The handler raised :class:`TaskFailed` (or its result does not match its shape):
+    the task fails at once with this JSON-RPC error."""
+
+    error: JsonObject
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """The attempt crashed or ran past its deadline: the task is retried after a backoff,
+    or dead-lettered after its last attempt."""
+
+    error: JsonObject
+
+
+@dataclass(frozen=True, slots=True)
+class Stopped:
+    """The attempt was stopped from outside (a cancel, a takeover, a lost lease, a
+    shutdown): it writes nothing, except that a worker shutting down gives the task back
+    (``release``)."""
+
+    reason: str
+    release: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Parked:
+    """The handler waits for input: the task is ``input_required`` already (the request
+    was stored with it), and the attempt ends holding nothing."""
+
+    keys: tuple[str, ...]
+
+
+AttemptOutcome: TypeAlias = Completed | Failed | Retry | Stopped | Parked
+"""How one attempt ended, as the worker writes it."""
 
 
 def crash_error(exc: BaseException) -> JsonObject:

@@ -40,12 +40,19 @@ from keel.errors import (
     TaskNotFound,
 )
 from keel.model import INTERNAL_ERROR, JsonObject, Status, Task
-from keel.runtime.app import Keel, _listen
-from keel.runtime.context import Parked, TaskContext
+from keel.runtime.app import DEFAULT_LEASE, Keel
+from keel.runtime.context import Parking, TaskContext
 from keel.runtime.outcomes import (
+    AttemptOutcome,
+    Completed,
+    Failed,
     InputDeclined,
+    Parked,
+    Retry,
+    Stopped,
     TaskFailed,
     ToolError,
+    ToolOutput,
     backoff,
     crash_error,
     error_result,
@@ -62,6 +69,8 @@ CLAIM_INTERVAL = 0.5  # seconds between claims when the queue was empty
 WATCH_INTERVAL = 0.2  # seconds between cancellation checks of running tasks
 RECOVER_INTERVAL = 0.5  # seconds between sweeps for expired leases (a read when none)
 PURGE_INTERVAL = 60.0  # seconds between purges of finished tasks past their TTL
+SHUTTING_DOWN = "worker shutting down"
+"""Why an attempt stopped when its worker stops: its task is given back (released)."""
 
 
 @dataclass(eq=False)
@@ -129,7 +138,9 @@ class Worker:
 
     @property
     def _lease(self) -> float:
-        return min((d.options.lease_seconds for d in self.app.tasks.values()), default=30.0)
+        return min(
+            (d.options.lease_seconds for d in self.app.tasks.values()), default=DEFAULT_LEASE
+        )
 
     @property
     def _busy(self) -> int:
@@ -155,7 +166,7 @@ class Worker:
         if not names:
             raise KeelError("the app registers no tasks: nothing to run")
         self.app.store  # noqa: B018 - open it now: a store that cannot open fails here, once
-        unlisten = _listen(self.app, self._cancelled_here, self._poke)
+        unlisten = self.app.events.listen(self._cancelled_here, self._poke)
         # Optional store capability (PostgreSQL LISTEN/NOTIFY): wake-ups from other
         # processes. A hint only: the polling below still finds everything.
         store = self.app.store
@@ -183,7 +194,7 @@ class Worker:
                     # task is left leased by a worker that is gone.
                     await self._claims_done.wait()
                 for attempt in list(self._running.values()):
-                    attempt.stop("worker shutting down")
+                    attempt.stop(SHUTTING_DOWN)
                 with anyio.fail_after(30):
                     while self._running:
                         self._wake = anyio.Event()
@@ -221,7 +232,7 @@ class Worker:
                     log.warning("claim failed, retrying: %s", exc)
             for task in claimed:
                 if self.stopping:  # the claim committed as we stopped: give it straight back
-                    await self._release(task, "worker shutting down")
+                    await self._release(task, SHUTTING_DOWN)
                     continue
                 stale = self._running.get(task.task_id)
                 if stale is not None:  # our own earlier attempt lost its lease: stop it
@@ -320,39 +331,8 @@ class Worker:
 
     async def _run_attempt(self, attempt: _Attempt) -> None:
         task = attempt.task
-        store = self.app.store
-        definition = self.app.definition(task.name or "")
-        options = definition.options
-        outcome: tuple[str, JsonObject | None] = ("stopped", None)
         try:
-            with attempt.scope:
-                ctx = TaskContext(store, task, worker=self.worker_id)
-                deadline = anyio.CancelScope()
-                if options.deadline_seconds is not None:
-                    deadline.deadline = anyio.current_time() + options.deadline_seconds
-                try:
-                    with deadline:
-                        value = await definition.handler(ctx, **task.arguments)
-                    if deadline.cancelled_caught:
-                        outcome = ("retry", _deadline_error(options.deadline_seconds))
-                    else:
-                        outcome = ("complete", tool_result(value, definition.output))
-                except Parked:
-                    outcome = ("parked", None)
-                except ToolError as exc:
-                    outcome = ("complete", error_result(exc, definition.output))
-                except InputDeclined as exc:
-                    # The user said no; asking again on a retry would get the same answer.
-                    outcome = ("complete", error_result(ToolError(str(exc))))
-                except TaskFailed as exc:
-                    outcome = ("fail", exc.error)
-                except (LeaseLost, TaskAlreadyTerminal, TaskNotFound) as exc:
-                    attempt.stop(str(exc))
-                except Exception as exc:
-                    log.warning("task %s attempt %s raised %r", task.task_id, task.attempt, exc)
-                    outcome = ("retry", crash_error(exc))
-            if attempt.scope.cancelled_caught or attempt.stop_reason is not None:
-                outcome = ("stopped", None)
+            outcome = await self._attempt(attempt)
             with anyio.CancelScope(shield=True):
                 await self._give_back(attempt, outcome)
         finally:
@@ -360,7 +340,50 @@ class Worker:
                 del self._running[task.task_id]
             self._poke()
 
-    async def _give_back(self, attempt: _Attempt, outcome: tuple[str, JsonObject | None]) -> None:
+    async def _attempt(self, attempt: _Attempt) -> AttemptOutcome:
+        """Run the handler once; how it ended. An attempt stopped from outside (its scope
+        cancelled, or a stop reason set while it ran) is :class:`Stopped`, whatever the
+        handler did meanwhile."""
+        outcome: AttemptOutcome | None = None
+        with attempt.scope:
+            outcome = await self._handle(attempt)
+        if outcome is None or attempt.scope.cancelled_caught or attempt.stop_reason is not None:
+            reason = attempt.stop_reason or "cancelled"
+            return Stopped(reason, release=reason == SHUTTING_DOWN)
+        return outcome
+
+    async def _handle(self, attempt: _Attempt) -> AttemptOutcome | None:
+        """The handler's own ending, or None when it found it no longer owns the task."""
+        task = attempt.task
+        definition = self.app.definition(task.name or "")
+        options = definition.options
+        ctx = TaskContext(self.app.store, task, worker=self.worker_id)
+        deadline = anyio.CancelScope()
+        if options.deadline_seconds is not None:
+            deadline.deadline = anyio.current_time() + options.deadline_seconds
+        try:
+            with deadline:
+                value = await definition.handler(ctx, **task.arguments)
+            if deadline.cancelled_caught:
+                return Retry(_deadline_error(options.deadline_seconds))
+            return Completed(tool_result(value, definition.output))
+        except Parking as parked:
+            return Parked(tuple(parked.keys))
+        except ToolError as exc:
+            return Completed(error_result(exc, definition.output))
+        except InputDeclined as exc:
+            # The user said no; asking again on a retry would get the same answer.
+            return Completed(ToolOutput.of_error(str(exc)))
+        except TaskFailed as exc:
+            return Failed(exc.error)
+        except (LeaseLost, TaskAlreadyTerminal, TaskNotFound) as exc:
+            attempt.stop(str(exc))
+            return None
+        except Exception as exc:
+            log.warning("task %s attempt %s raised %r", task.task_id, task.attempt, exc)
+            return Retry(crash_error(exc))
+
+    async def _give_back(self, attempt: _Attempt, outcome: AttemptOutcome) -> None:
         """Free the attempt's slot, then write its outcome. A claim woken by the freed slot
         is queued before the outcome's write is flushed: both share one transaction."""
         self._finishing += 1
@@ -370,24 +393,24 @@ class Worker:
         finally:
             self._finishing -= 1
 
-    async def _finish(self, attempt: _Attempt, outcome: tuple[str, JsonObject | None]) -> None:
-        task, (kind, payload) = attempt.task, outcome
-        store = self.app.store
+    async def _finish(self, attempt: _Attempt, outcome: AttemptOutcome) -> None:
+        task, store = attempt.task, self.app.store
         options = self.app.definition(task.name or "").options
         try:
-            if kind == "complete":
-                await store.complete(task.task_id, payload, fence=task.fence)
-            elif kind == "fail":
-                assert payload is not None
-                await store.fail(task.task_id, payload, fence=task.fence)
-            elif kind == "retry":
-                assert payload is not None
-                delay = backoff(
-                    task.attempt, base=options.retry_base, cap=options.retry_cap, rng=self._rng
-                )
-                await store.retry(task.task_id, payload, fence=task.fence, delay_seconds=delay)
-            elif kind == "stopped" and attempt.stop_reason == "worker shutting down":
-                await store.release(task.task_id, fence=task.fence, reason="worker shutting down")
+            match outcome:
+                case Completed(output):
+                    await store.complete(task.task_id, output.to_json(), fence=task.fence)
+                case Failed(error):
+                    await store.fail(task.task_id, error, fence=task.fence)
+                case Retry(error):
+                    delay = backoff(
+                        task.attempt, base=options.retry_base, cap=options.retry_cap, rng=self._rng
+                    )
+                    await store.retry(task.task_id, error, fence=task.fence, delay_seconds=delay)
+                case Stopped(reason, release=True):
+                    await store.release(task.task_id, fence=task.fence, reason=reason)
+                case Stopped() | Parked():
+                    pass  # nothing to write: the task is someone else's, or waits for input
         except (LeaseLost, TaskAlreadyTerminal, TaskNotFound) as exc:
             log.info("outcome of stale attempt on %s discarded: %s", task.task_id, exc)
         except InvalidPayload as exc:
