@@ -21,10 +21,10 @@ from keel.cli.render import (
     task_table,
     task_to_json,
 )
-from keel.importer import ImportReport, import_file, read_teaching_file
 from keel.model import DEFAULT_INPUT_KEY, Event, JsonValue, Reclaimed, Status, Task
 from keel.model.validation import check_answer_keys
 from keel.store import Store
+from keel.store.importer import ImportReport, import_file, read_teaching_file
 
 __all__ = ["tasks"]
 

@@ -3,6 +3,9 @@
 ``open_store(location)`` picks the adapter from a location (see :mod:`keel.store.locations`).
 ``PostgresStore`` is imported on first use: psycopg takes longer to import than the rest
 of Keel, and only PostgreSQL users need it.
+
+``load_queries`` (from :mod:`keel.store.sqlfiles`) is public for any part of Keel that keeps
+its SQL in a package's ``.sql`` file, like the Bridge's trace index.
 """
 
 import typing
@@ -18,6 +21,7 @@ from keel.store.locations import (
 )
 from keel.store.memory import MemoryStore
 from keel.store.protocol import Clock, Store
+from keel.store.sqlfiles import load_queries
 from keel.store.sqlite import SqliteStore, Synchronous
 
 if typing.TYPE_CHECKING:
@@ -34,6 +38,7 @@ __all__ = [
     "Store",
     "Synchronous",
     "TxStore",
+    "load_queries",
     "open_store",
     "parse_location",
     "resolve_location",
