@@ -15,10 +15,7 @@ from typing import Any
 
 import click
 
-from keel.bridge.core import prepare
 from keel.bridge.settings import DATA_ENV, PACE_ENV, BridgeSettings
-from keel.bridge.task import build_app
-from keel.bridge.tools import add_tools
 from keel.mcp.serving import Served, ServeSettings
 
 __all__ = ["build_server", "config_problem", "serve_options"]
@@ -84,6 +81,12 @@ def build_server(
     Raises:
         KeelError: bad settings or sources, or a store that cannot be used.
     """
+    # Imported here: `keel serve` reads every built-in app's options, and serving another
+    # app should not pay for importing the diagnosis, the trace index and the generator.
+    from keel.bridge.core import prepare
+    from keel.bridge.task import build_app
+    from keel.bridge.tools import add_tools
+
     options: dict[str, Any] = {}
     if not os.environ.get(DATA_ENV):
         options["data_dir"] = settings.data_dir.absolute() / "bridge"
