@@ -14,9 +14,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import click
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from keel.model import Event, JsonObject, JsonValue, Reclaimed, Status, Task
 
@@ -179,6 +176,11 @@ def table(columns: Sequence[Column], rows: Iterable[Sequence[Cell]], width: int 
     Colours are ANSI codes that :func:`click.echo` drops when stdout is not a terminal;
     cell text is never read as rich markup.
     """
+    # rich is imported here, by the commands that draw a table: not by every command.
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
     cells = [[Text.assemble(cell) for cell in row] for row in rows]
     natural = [
         max([len(column.header), *(row[index].cell_len for row in cells)])
