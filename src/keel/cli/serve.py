@@ -29,6 +29,7 @@ import time
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -72,31 +73,25 @@ class BuiltInApp:
         return None if check is None else check(key, value)
 
 
+@cache
+def built_in_apps() -> dict[str, BuiltInApp]:
+    """The built-in apps, imported on first use (``keel serve`` parsing or help), so that
+    no other command pays for importing them."""
+    apps = {}
+    for name, module_name in BUILT_IN.items():
+        module = importlib.import_module(module_name)
+        apps[name] = BuiltInApp(name, module, tuple(getattr(module, "serve_options", ())))
+    return apps
+
+
 class ServeCommand(click.Command):
-    """``keel serve``: its own options, then those of every built-in app, imported on
-    first use (parsing or help) so that no other command pays for importing the apps."""
-
-    _apps: dict[str, BuiltInApp] | None = None
-
-    def apps(self) -> dict[str, BuiltInApp]:
-        """The built-in apps, their options added to this command's."""
-        if self._apps is None:
-            apps = {}
-            for name, module_name in BUILT_IN.items():
-                module = importlib.import_module(module_name)
-                apps[name] = BuiltInApp(name, module, tuple(getattr(module, "serve_options", ())))
-            self.params.extend(option for app in apps.values() for option in app.options)
-            self._apps = apps
-        return self._apps
+    """``keel serve``: its own options, then those of every built-in app."""
 
     def get_params(self, ctx: click.Context) -> list[click.Parameter]:
-        self.apps()
-        return super().get_params(ctx)
-
-
-def _apps_of(ctx: click.Context) -> dict[str, BuiltInApp]:
-    assert isinstance(ctx.command, ServeCommand)
-    return ctx.command.apps()
+        params = super().get_params(ctx)
+        at = len(self.params)  # after its own options, before --help
+        extra = [option for app in built_in_apps().values() for option in app.options]
+        return [*params[:at], *extra, *params[at:]]
 
 
 def _read_config(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
@@ -119,13 +114,13 @@ def _read_config(ctx: click.Context, _param: click.Parameter, value: str | None)
             + (f", found {', '.join(unknown_tables)}" if unknown_tables else ""),
             param_hint="--config",
         )
-    problem = _table_problem(table, _apps_of(ctx))
+    problem = _table_problem(table, built_in_apps())
     if problem:
         raise click.BadParameter(f"{path}: {problem}", param_hint="--config")
     defaults = dict(table)
     ctx.meta["keel.config_store"] = defaults.pop("store", None)
     ctx.meta["keel.config_path"] = str(path)
-    for app in _apps_of(ctx).values():
+    for app in built_in_apps().values():
         for option in app.options:  # one path for a repeatable option is a list of one
             if option.multiple and isinstance(defaults.get(str(option.name)), str):
                 defaults[str(option.name)] = [defaults[str(option.name)]]
@@ -324,7 +319,7 @@ def _build(
     from keel.mcp.serving import serve_keel_app
     from keel.runtime import load_app
 
-    apps = _apps_of(ctx)
+    apps = built_in_apps()
     for other in apps.values():
         given = [
             option.opts[0]
