@@ -27,9 +27,9 @@ if _typing.TYPE_CHECKING:
         ToolError,
         UnknownInputKey,
     )
-    from keel.facade import TaskSnapshot, TaskStore
     from keel.model import Event, InputRequest, Reclaimed, Status, Task
     from keel.store import Store, open_store
+    from keel.store.facade import TaskSnapshot, TaskStore
 
     __version__: str
     """The installed distribution's version (``keel-tasks``), read on first use."""
@@ -68,8 +68,8 @@ __all__ = [
 # not pay for importing the whole library.
 _HOMES = {
     **dict.fromkeys(_errors.__all__, "keel.errors"),
-    "TaskSnapshot": "keel.facade",
-    "TaskStore": "keel.facade",
+    "TaskSnapshot": "keel.store.facade",
+    "TaskStore": "keel.store.facade",
     **dict.fromkeys(["Event", "InputRequest", "Reclaimed", "Status", "Task"], "keel.model"),
     "Store": "keel.store",
     "open_store": "keel.store",
@@ -77,10 +77,10 @@ _HOMES = {
 
 
 def __getattr__(name: str) -> _typing.Any:
-    if name == "__version__":  # one place: the CLI's --version and MCP's serverInfo
-        from importlib.metadata import version
+    if name == "__version__":
+        from keel.mcp.version import keel_version  # one place: also --version, serverInfo
 
-        globals()[name] = version("keel-tasks")
+        globals()[name] = keel_version()
         return globals()[name]
     home = _HOMES.get(name)
     if home is None:

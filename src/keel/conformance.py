@@ -14,12 +14,9 @@ conformance``), built with Keel's public API only.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import anyio
-from mcp.server import MCPServer
 
-from keel.mcp.serving import app_server
+from keel.mcp.serving import Served, ServeSettings
 from keel.runtime import Keel, TaskContext, TaskFailed, ToolError
 
 __all__ = ["app", "build_server"]
@@ -94,26 +91,20 @@ async def test_tool_with_task(ctx: TaskContext) -> str:
     return f"Hello, {answer.get('name')}! (from a task)"
 
 
-def build_server(
-    keel_app: Keel = app,
-    *,
-    run_workers: bool = True,
-    rate_limit_polls: bool = False,
-    state_dir: Path | None = None,
-) -> MCPServer:
-    """The conformance server over ``keel_app`` (its store and workers); ``state_dir``
-    keeps its request-state key (see ``keel.mcp.serving.app_server``)."""
-    server = app_server(
-        keel_app,
-        "keel-conformance",
-        rate_limit_polls=rate_limit_polls,
-        run_workers=run_workers,
-        state_dir=state_dir,
-    )
+def build_server(settings: ServeSettings) -> Served:
+    """The conformance server over :data:`app` on ``settings.store`` (``keel serve --app
+    conformance``: see :mod:`keel.mcp.serving` for this seam); it takes no options of its
+    own.
+
+    Raises:
+        KeelError: the store or the request-state key cannot be used.
+    """
+    app.use_store(settings.store)
+    server = settings.server_for(app, "keel-conformance")
 
     @server.tool()
     def greet(name: str) -> str:
         """Say hello."""
         return f"Hello, {name}!"
 
-    return server
+    return Served(app, server, "app conformance")

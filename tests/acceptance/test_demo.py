@@ -14,7 +14,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from keel.demo import DEMO_INCIDENT, DEMO_SERVICE
+from keel.cli.demo import DEMO_INCIDENT, DEMO_SERVICE
 from keel.model import Status
 from keel.store import SqliteStore
 

@@ -15,14 +15,14 @@ from typing import Any
 import pytest
 
 from keel import ImportFailed, Status, TaskStore
-from keel.importer import (
+from keel.model import DEFAULT_INPUT_KEY
+from keel.store import SqliteStore, Store
+from keel.store.importer import (
     FAILED_BEFORE_IMPORT,
     import_file,
     parse_teaching_store,
     read_teaching_file,
 )
-from keel.model import DEFAULT_INPUT_KEY
-from keel.store import SqliteStore, Store
 
 pytestmark = pytest.mark.anyio
 

@@ -16,7 +16,7 @@ import anyio
 import pytest
 
 from acceptance.test_demo import in_order
-from keel.demo import DEMO_INCIDENT, DEMO_SERVICE
+from keel.cli.demo import DEMO_INCIDENT, DEMO_SERVICE
 from keel.model import Status
 from keel.store import SqliteStore
 

@@ -25,6 +25,11 @@ The interface ``keel serve`` (and any embedding server) uses:
     Registers the plain tools ``get_incident``, ``search_traces`` and ``list_deploys`` on
     an ``mcp.server.MCPServer``.
 
+``build_server(settings, **options)``, ``serve_options``, ``config_problem``
+    How ``keel serve`` serves the Bridge (``keel.bridge.serving``, the seam described in
+    ``keel.mcp.serving``): its ``--pace``, ``--incidents``, ``--traces`` and
+    ``--deploys`` options and the server over its prepared data.
+
 ``keel.bridge.app``
     A module attribute (built on first access from the environment) so that
     ``keel worker --app keel.bridge:app`` works.
@@ -49,6 +54,7 @@ if _typing.TYPE_CHECKING:
         UnknownService,
     )
     from keel.bridge.generate import SEED_DEPLOY, SEED_INCIDENT, SEED_SERVICE
+    from keel.bridge.serving import build_server, config_problem, serve_options
     from keel.bridge.settings import BridgeSettings
     from keel.bridge.task import TASK_NAME, build_app
     from keel.bridge.tools import BridgeTools, add_tools
@@ -71,9 +77,12 @@ __all__ = [
     "add_tools",
     "app",
     "build_app",
+    "build_server",
+    "config_problem",
     "open_bridge",
     "prepare",
     "run_diagnosis",
+    "serve_options",
 ]
 
 _HOMES = {
@@ -90,6 +99,9 @@ _HOMES = {
     "SEED_DEPLOY": "keel.bridge.generate",
     "SEED_INCIDENT": "keel.bridge.generate",
     "SEED_SERVICE": "keel.bridge.generate",
+    "build_server": "keel.bridge.serving",
+    "config_problem": "keel.bridge.serving",
+    "serve_options": "keel.bridge.serving",
     "BridgeSettings": "keel.bridge.settings",
     "TASK_NAME": "keel.bridge.task",
     "build_app": "keel.bridge.task",

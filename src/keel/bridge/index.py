@@ -27,7 +27,7 @@ from keel.bridge.evidence import ScopedSpan
 from keel.bridge.otlp import OUTGOING, Row, read_spans
 from keel.bridge.records import NS_PER_MINUTE, Span
 from keel.errors import StoreError
-from keel.store.sqlfiles import load_queries
+from keel.store import load_queries
 
 __all__ = [
     "INDEX_FORMAT",

@@ -23,8 +23,8 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from keel.bridge import diagnosis
 from keel.bridge.core import Bridge, open_bridge
+from keel.bridge.diagnosis import PHASES, PIPELINE, check_service, load_incident, render
 from keel.bridge.errors import BridgeError
 from keel.bridge.results import Diagnosis
 from keel.bridge.settings import BridgeSettings
@@ -72,9 +72,9 @@ def build_app(settings: BridgeSettings | None = None, store: str | Store | None 
     settings = settings or BridgeSettings.from_env()
     pace = settings.pace_seconds
     app = Keel(store)
-    total = len(diagnosis.PHASES)
-    labels = dict(diagnosis.PHASES)
-    numbers = {name: n for n, (name, _) in enumerate(diagnosis.PHASES, 1)}
+    total = len(PHASES)
+    labels = dict(PHASES)
+    numbers = {name: n for n, (name, _) in enumerate(PHASES, 1)}
 
     async def phase(ctx: TaskContext, name: str, fn: Callable[..., Any], *args: Any) -> Any:
         await ctx.progress(numbers[name], total, labels[name])
@@ -100,14 +100,14 @@ def build_app(settings: BridgeSettings | None = None, store: str | Store | None 
     ) -> ToolResult[Diagnosis]:
         try:
             bridge: Bridge = await anyio.to_thread.run_sync(open_bridge, settings)
-            loaded = await phase(ctx, "load-incident", diagnosis.load_incident, bridge, incident_id)
+            loaded = await phase(ctx, "load-incident", load_incident, bridge, incident_id)
         except BridgeError as exc:
             raise ToolError(str(exc), structured={"error": str(exc)}) from exc
         incident, services = loaded["incident"], loaded["services"]
         chosen = service or incident.get("service")
         if chosen:
             try:
-                diagnosis.check_service(chosen, services)
+                check_service(chosen, services)
             except BridgeError as exc:
                 raise ToolError(str(exc), structured={"error": str(exc)}) from exc
         else:
@@ -125,14 +125,14 @@ def build_app(settings: BridgeSettings | None = None, store: str | Store | None 
             "services": services,
         }
         try:
-            for step in diagnosis.PIPELINE:
+            for step in PIPELINE:
                 args = [values[n] for n in step.needs]
                 values[step.name] = await phase(ctx, step.name, step.fn, *args)
         except BridgeError as exc:
             raise ToolError(str(exc), structured={"error": str(exc)}) from exc
-        result = values[diagnosis.PIPELINE[-1].name]
+        result = values[PIPELINE[-1].name]
         await ctx.status(f"done: {result['conclusion']}")
-        return ToolResult(diagnosis.render(result), structured=result)
+        return ToolResult(render(result), structured=result)
 
     del diagnose_root_cause  # registered on the app
     return app

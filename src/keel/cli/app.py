@@ -35,9 +35,9 @@ __all__ = ["cli", "main"]
 
 def _show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     if value and not ctx.resilient_parsing:
-        import keel  # its version is read on first use, not by every command
+        from keel.mcp.version import keel_version  # read on first use, not by every command
 
-        click.echo(f"keel, version {keel.__version__}")
+        click.echo(f"keel, version {keel_version()}")
         ctx.exit()
 
 
@@ -95,11 +95,11 @@ def demo(ctx: click.Context, data_dir: Path, store_only: bool, protocol: str) ->
     task stays in DATA_DIR/keel.db for `keel tasks show`.
     """
     if store_only:
-        from keel.store_demo import run_demo as run_store_demo
+        from keel.cli.store_demo import run_demo as run_store_demo
 
         run_store_demo(chosen_location(ctx), click.echo)
         return
-    from keel.demo import run_demo
+    from keel.cli.demo import run_demo
 
     state = ctx.find_object(CliState)
     run_demo(

@@ -7,7 +7,10 @@ fields, never rename or remove them. Times are seconds since the epoch, as store
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+import shutil
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import click
@@ -15,14 +18,18 @@ import click
 from keel.model import Event, JsonObject, JsonValue, Reclaimed, Status, Task
 
 __all__ = [
+    "Column",
     "dump_json",
     "event_to_json",
     "format_time",
+    "reclaimed_table",
     "reclaimed_to_json",
     "show_lines",
     "status_text",
+    "table",
     "task_table",
     "task_to_json",
+    "terminal_width",
 ]
 
 _STATUS_COLOURS = {
@@ -130,10 +137,8 @@ def status_text(status: Status) -> str:
     return click.style(status.value, fg=_STATUS_COLOURS[status], bold=status.terminal)
 
 
-_COLUMNS = ("ID", "STATUS", "NAME", "STATUS MESSAGE", "ATTEMPT", "UPDATED")
-
-
 _MESSAGE_CHARS = 48  # the table clips status messages; show and --json have them whole
+_UNLIMITED = 1_000_000  # characters: a pipe's lines are never cut
 
 
 def _clip(text: str, limit: int) -> str:
@@ -141,36 +146,136 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _row(task: Task) -> tuple[str, ...]:
-    return (
-        task.task_id,
-        task.status.value,
-        task.name or "-",
-        _clip(task.status_message or "", _MESSAGE_CHARS),
-        f"{task.attempt}/{task.max_attempts}",
-        format_time(task.updated_at),
+def terminal_width() -> int | None:
+    """The terminal's width when stdout is one; None for a pipe or a file."""
+    if not sys.stdout.isatty():
+        return None
+    return shutil.get_terminal_size().columns
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """A column of :func:`table`: its header, and whether it may shrink to fit a terminal
+    (ids, statuses and times never do: they are what people copy and grep)."""
+
+    header: str
+    shrinks: bool = False
+
+
+Cell = str | tuple[str, str]
+"""A cell's text, or its text and a rich style (a colour)."""
+
+
+def table(columns: Sequence[Column], rows: Iterable[Sequence[Cell]], width: int | None) -> str:
+    """Rows as aligned columns under a bold header, like ``kubectl get``: no box drawing,
+    two spaces between columns, one line per row, no trailing spaces.
+
+    ``width`` is the terminal's (:func:`terminal_width`): there the columns that may shrink
+    are cut with ``…`` so that a line fits (see :func:`_widths`). With None (a pipe or a
+    file) nothing is cut, so the layout is the same for every reader (``grep``, ``awk``).
+    Colours are ANSI codes that :func:`click.echo` drops when stdout is not a terminal;
+    cell text is never read as rich markup.
+    """
+    # rich is imported here, by the commands that draw a table: not by every command.
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    cells = [[Text.assemble(cell) for cell in row] for row in rows]
+    natural = [
+        max([len(column.header), *(row[index].cell_len for row in cells)])
+        for index, column in enumerate(columns)
+    ]
+    grid = Table(box=None, pad_edge=False, show_edge=False, header_style="none")
+    for column, chosen in zip(columns, _widths(columns, natural, width), strict=True):
+        header = Text.assemble((column.header, "bold"))
+        grid.add_column(header, width=chosen, no_wrap=True, overflow="ellipsis")
+    for row in cells:
+        grid.add_row(*row)
+    console = Console(
+        width=_UNLIMITED,  # the columns' widths are chosen above: rich must not squeeze them
+        force_terminal=True,  # always the codes; click.echo strips them where they do not belong
+        color_system="standard",
+        highlight=False,
+    )
+    with console.capture() as captured:
+        console.print(grid)
+    return "\n".join(line.rstrip() for line in captured.get().splitlines())
+
+
+_NARROWEST = 8  # characters a shrinking column keeps on a narrow terminal
+
+
+def _widths(columns: Sequence[Column], natural: Sequence[int], width: int | None) -> list[int]:
+    """Each column's width: its widest cell; but on a terminal ``width`` wide, the columns
+    that may shrink give up, widest first, what a line lacks, down to ``_NARROWEST`` each.
+    The others never shrink: on a terminal too narrow even for them, lines wrap as the
+    terminal wraps any long line, and no id is ever cut."""
+    widths = list(natural)
+    if width is None:
+        return widths
+    excess = sum(widths) + 2 * (len(widths) - 1) - width
+    while excess > 0:
+        can = [i for i, column in enumerate(columns) if column.shrinks and widths[i] > _NARROWEST]
+        if not can:
+            break
+        widths[max(can, key=lambda i: widths[i])] -= 1
+        excess -= 1
+    return widths
+
+
+_TASK_COLUMNS = (
+    Column("ID"),
+    Column("STATUS"),
+    Column("NAME", shrinks=True),
+    Column("STATUS MESSAGE", shrinks=True),
+    Column("ATTEMPT"),
+    Column("UPDATED"),
+)
+
+
+def task_table(tasks: Sequence[Task], width: int | None = None) -> str:
+    """``keel tasks list``: one line per task, the status coloured (see :func:`table`)."""
+    return table(
+        _TASK_COLUMNS,
+        (
+            (
+                task.task_id,
+                (task.status.value, _STATUS_COLOURS[task.status]),
+                task.name or "-",
+                _clip(task.status_message or "", _MESSAGE_CHARS),
+                f"{task.attempt}/{task.max_attempts}",
+                format_time(task.updated_at),
+            )
+            for task in tasks
+        ),
+        width,
     )
 
 
-def task_table(tasks: Sequence[Task]) -> str:
-    """The task list as aligned columns, like ``kubectl get``: one line per task.
+_RECLAIMED_COLUMNS = (
+    Column("ID"),
+    Column("PREVIOUS STATUS"),
+    Column("IDLE"),
+    Column("REASON", shrinks=True),
+)
 
-    The same layout on a terminal and in a pipe (``grep``, ``awk``): no box drawing, no
-    wrapping (a line longer than the terminal wraps as the terminal wraps it). The status
-    is coloured; :func:`click.echo` drops the colour when stdout is not a terminal.
-    """
-    rows = [_COLUMNS, *(_row(t) for t in tasks)]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(_COLUMNS))]
-    lines = []
-    for index, row in enumerate(rows):
-        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=True)]
-        cells[-1] = row[-1]  # no trailing padding
-        if index == 0:
-            cells = [click.style(c, bold=True) for c in cells]
-        else:
-            cells[1] = click.style(cells[1], fg=_STATUS_COLOURS[tasks[index - 1].status])
-        lines.append("  ".join(cells))
-    return "\n".join(lines)
+
+def reclaimed_table(reclaimed: Sequence[Reclaimed], width: int | None = None) -> str:
+    """``keel tasks reclaim``: each task failed, its previous status, idle time and why."""
+    return table(
+        _RECLAIMED_COLUMNS,
+        (
+            (
+                item.task_id,
+                (item.previous_status.value, _STATUS_COLOURS[item.previous_status]),
+                f"{item.idle_seconds:.1f}s",
+                item.reason,
+            )
+            for item in reclaimed
+        ),
+        width,
+    )
 
 
 def show_lines(

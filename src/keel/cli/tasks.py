@@ -15,16 +15,18 @@ import click
 from keel.cli.common import KeelCliError, chosen_location, run_with_store, store_option
 from keel.cli.render import (
     dump_json,
+    reclaimed_table,
     reclaimed_to_json,
     show_lines,
     status_text,
     task_table,
     task_to_json,
+    terminal_width,
 )
-from keel.importer import ImportReport, import_file, read_teaching_file
 from keel.model import DEFAULT_INPUT_KEY, Event, JsonValue, Reclaimed, Status, Task
 from keel.model.validation import check_answer_keys
 from keel.store import Store
+from keel.store.importer import ImportReport, import_file, read_teaching_file
 
 __all__ = ["tasks"]
 
@@ -93,7 +95,7 @@ def list_tasks(ctx: click.Context, status: str | None, as_json: bool, limit: int
     elif not found:
         click.echo("no tasks" if wanted is None else f"no {wanted.value} tasks")
     else:
-        click.echo(task_table(found))
+        click.echo(task_table(found, terminal_width()))
     if more:
         click.echo(f"keel: note: showing the first {limit} tasks; use --limit for more", err=True)
 
@@ -223,14 +225,8 @@ def reclaim(ctx: click.Context, older_than: float, as_json: bool) -> None:
     if as_json:
         click.echo(dump_json([reclaimed_to_json(r) for r in done]))
         return
-    rows = [("ID", "PREVIOUS STATUS", "IDLE", "REASON")]
-    rows += [(r.task_id, r.previous_status.value, f"{r.idle_seconds:.1f}s", r.reason) for r in done]
     if done:
-        widths = [max(len(r[i]) for r in rows) for i in range(3)]
-        for row in rows:
-            click.echo(
-                "  ".join([*(c.ljust(w) for c, w in zip(row, widths, strict=False)), row[3]])
-            )
+        click.echo(reclaimed_table(done, terminal_width()))
     click.echo(f"reclaimed {_count(len(done))} idle for more than {older_than:g}s")
 
 

@@ -1,20 +1,43 @@
-"""The MCP server of a Keel app, as ``keel serve`` builds it (the Bridge, ``--app``) and
-the conformance app: one place, so that every one of them says who it is the same way.
+"""The MCP server of a Keel app, and the seam through which ``keel serve`` serves an app.
+
+:func:`app_server` builds the server of a Keel app; the Bridge, the conformance app and
+``keel serve --app MODULE:ATTR`` all go through it, so that every one of them says who it
+is the same way.
+
+An app that ``keel serve --app NAME`` serves by name (``keel.bridge``,
+``keel.conformance``) is a module with:
+
+``build_server(settings: ServeSettings, **options) -> Served``
+    Required. Builds the app on ``settings.store`` and its server (with
+    :meth:`ServeSettings.server_for`), preparing whatever data it needs; ``options`` are
+    the values of its ``serve_options``, by parameter name.
+
+``serve_options: Sequence[click.Option]``
+    Optional. The app's own ``keel serve`` options (each with its environment variable);
+    ``keel serve`` shows them in its help, reads them from the ``[serve]`` table of its
+    TOML file too, and refuses them on the command line of another app.
+
+``config_problem(key: str, value: object) -> str | None``
+    Optional. What is wrong with the type of a TOML value for one of its options (None:
+    nothing), for a clear refusal before click converts it.
+
+A plain Keel app (``--app MODULE:ATTR``) needs none of these: :func:`serve_keel_app`.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mcp.server import MCPServer
 
-import keel
 from keel.mcp.server import TasksExtension, keel_lifespan
 from keel.mcp.state_key import request_state_security
+from keel.mcp.version import keel_version
 from keel.runtime import Keel
 
-__all__ = ["app_server"]
+__all__ = ["ServeSettings", "Served", "app_server", "serve_keel_app"]
 
 
 def app_server(
@@ -41,9 +64,60 @@ def app_server(
     tasks = TasksExtension(app, rate_limit_polls=rate_limit_polls)
     return MCPServer(
         name,
-        version=keel.__version__,
+        version=keel_version(),
         request_state_security=request_state_security(state_dir),
         extensions=[tasks],
         middleware=[tasks.middleware()],  # the 2025-11-25 tasks protocol on the same tasks
         lifespan=keel_lifespan(app, concurrency=concurrency, run_workers=run_workers),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class ServeSettings:
+    """What ``keel serve`` settles for every app it serves, whichever it is."""
+
+    store: str
+    """The task store's location, as :func:`keel.store.open_store` takes it."""
+    data_dir: Path
+    """``keel serve --data-dir``: the request-state key lives here; an app may keep its
+    own data below it."""
+    run_workers: bool = True
+    concurrency: int = 4  # tasks run at once by this process's workers
+    rate_limit_polls: bool = False
+
+    def server_for(self, app: Keel, name: str) -> MCPServer[Any]:
+        """:func:`app_server` of ``app`` with these settings.
+
+        Raises:
+            ConfigurationError: the request-state key cannot be read or is too short.
+        """
+        return app_server(
+            app,
+            name,
+            rate_limit_polls=self.rate_limit_polls,
+            concurrency=self.concurrency,
+            run_workers=self.run_workers,
+            state_dir=self.data_dir,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """An app ready to serve: what ``build_server`` gives ``keel serve``."""
+
+    app: Keel
+    server: MCPServer[Any]
+    title: str
+    """How ``keel serve``'s startup message names it (``Incident Bridge``)."""
+    lines: tuple[str, ...] = ()
+    """More lines for that message: where its data is, what was prepared."""
+
+
+def serve_keel_app(app: Keel, name: str, settings: ServeSettings) -> Served:
+    """A plain Keel app (``keel serve --app MODULE:ATTR``) on ``settings.store``.
+
+    Raises:
+        KeelError: the store or the request-state key cannot be used.
+    """
+    app.use_store(settings.store)
+    return Served(app, settings.server_for(app, name), f"app {name}")

@@ -5,6 +5,9 @@
 ``PostgresStore`` is imported on first use: psycopg is an optional dependency (``pip
 install 'keel-tasks[postgres]'``), it takes longer to import than the rest of Keel, and
 only PostgreSQL users need it.
+
+``load_queries`` (from :mod:`keel.store.sqlfiles`) is public for any part of Keel that keeps
+its SQL in a package's ``.sql`` file, like the Bridge's trace index.
 """
 
 import typing
@@ -22,6 +25,7 @@ from keel.store.locations import (
 )
 from keel.store.memory import MemoryStore
 from keel.store.protocol import Clock, Store
+from keel.store.sqlfiles import load_queries
 from keel.store.sqlite import SqliteStore, Synchronous
 
 if typing.TYPE_CHECKING:
@@ -39,6 +43,7 @@ __all__ = [
     "Store",
     "Synchronous",
     "TxStore",
+    "load_queries",
     "migrate",
     "open_store",
     "parse_location",

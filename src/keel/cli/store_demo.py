@@ -26,9 +26,9 @@ from keel.errors import (
     StoreError,
     TaskNotFound,
 )
-from keel.facade import TaskSnapshot, TaskStore
 from keel.model import JsonObject
 from keel.store import DEFAULT_LOCATION, Location
+from keel.store.facade import TaskSnapshot, TaskStore
 
 __all__ = ["CONCLUSION", "DEMO_TTL", "INCIDENT", "SERVICE_SCHEMA", "run_demo"]
 
