@@ -35,7 +35,7 @@ __all__ = [
 DEFAULT_LOCATION = "keel-data/keel.db"
 ENV_VAR = "KEEL_STORE"
 
-_SQLITE_OPTIONS = {"synchronous", "busy_timeout"}
+_SQLITE_OPTIONS = {"synchronous", "busy_timeout", "plan"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +157,7 @@ def open_store(
             loc.path,
             synchronous=loc.options.get("synchronous", "full"),
             busy_timeout=busy,
+            plan=loc.options.get("plan", "auto"),
             clock=clock,
             limits=limits,
         )
