@@ -74,8 +74,10 @@ class Connection:
             self.sql = sqlite3.connect(
                 path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
             )
-        except (OSError, sqlite3.Error) as exc:
+        except OSError as exc:  # its folder cannot be made
             raise StoreError(f"cannot open store {path}: {exc}") from exc
+        except sqlite3.Error as exc:
+            raise translate(exc, path) from exc
         self.sql.row_factory = sqlite3.Row
         try:
             self._configure(synchronous, busy_timeout)
