@@ -208,11 +208,11 @@ class Lane:
         except Regroup:
             regroup = True
         except Exception as exc:
-            _deliver(batch, [Outcome.failed(exc)] * len(batch))
+            self._done_on_loop(batch, [Outcome.failed(exc)] * len(batch))
             return
         else:
             if not isinstance(started, Wait):
-                _deliver(batch, started)
+                self._done_on_loop(batch, started)
                 return
             handoff = started.handoff
         self.flushing = True
@@ -220,7 +220,15 @@ class Lane:
             self.loop.run_in_executor(self._executor, self._finish, batch, handoff, regroup)
         except RuntimeError:  # the executor was shut down: the store is closed
             self.flushing = False
-            _deliver(batch, [Outcome.failed(self._runner.closed())] * len(batch))
+            self._done_on_loop(batch, [Outcome.failed(self._runner.closed())] * len(batch))
+
+    def _done_on_loop(self, batch: list[_Queued], outcomes: list[Outcome]) -> None:
+        """Deliver a group that ended on the loop; what is still queued (beyond
+        ``max_group``) is the next group."""
+        _deliver(batch, outcomes)
+        if self._queue and not self._scheduled:
+            self._scheduled = True
+            self.loop.call_soon(self._flush)
 
     def _finish(self, batch: list[_Queued], handoff: Any, regroup: bool) -> None:
         """In a worker thread: run the group, then hand the outcomes back to the loop."""
