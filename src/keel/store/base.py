@@ -1,9 +1,9 @@
 """The logic every adapter shares: each protocol method as one transaction over ``Tx``.
 
 An adapter supplies two things: a :class:`Tx` (a handful of row-level primitives: load,
-insert, conditional update, append history …) and :meth:`TxStore._run`, which runs a
-function inside one transaction. The rules come from :mod:`keel.model.transitions`, so
-the adapters cannot disagree about them.
+insert, conditional update, append history …) and :meth:`TxStore._run`, which runs an
+:class:`Op` (a function, and what it declares it touches) inside one transaction. The
+rules come from :mod:`keel.model.transitions`, so the adapters cannot disagree about them.
 """
 
 from __future__ import annotations
