@@ -48,10 +48,8 @@ def _open_sqlite(where: Path, clock: FakeClock, limits: Limits | None) -> Store:
 
 def _open_sqlite_planned(where: Path, clock: FakeClock, limits: Limits | None) -> Store:
     # Every group of writes planned against a snapshot first, as when other processes
-    # write the same file (see keel.store.sqlite._Plan).
-    store = SqliteStore(where / "keel.db", clock=clock, limits=limits)
-    store._always_plan = True  # the adapter's switch for tests
-    return store
+    # write the same file (see keel.store.sqlite.planning).
+    return SqliteStore(where / "keel.db", plan="always", clock=clock, limits=limits)
 
 
 def _open_postgres(where: Path, clock: FakeClock, limits: Limits | None) -> Store:

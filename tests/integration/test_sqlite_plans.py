@@ -3,14 +3,14 @@
 When other processes write the same SQLite file, a store works out each group of writes
 against a read snapshot before it takes the write lock, and under the lock only checks
 that the rows it read are unchanged and executes what it recorded (see
-``keel.store.sqlite._Plan``). These tests hold the write lock from another connection
+``keel.store.sqlite.planning``). These tests hold the write lock from another connection
 while a plan waits for it, change rows under the plan, and check that a stale plan is
 never used: the writes then run as they would without one.
 
 The connection holding the lock is a plain ``sqlite3`` connection in this process: it
 stands in for another process, and lets each test decide exactly what changes while the
 plan waits. Whether a plan (or a part of it) was used is observed by wrapping
-``SqliteStore._part_holds``.
+``Planner.holds``.
 """
 
 from __future__ import annotations
@@ -25,10 +25,13 @@ from typing import Any, TypeVar
 import pytest
 
 from contract.support import FakeClock
-from keel.errors import IdempotencyConflict, LeaseLost, StoreError
+from keel.errors import ConfigurationError, IdempotencyConflict, LeaseLost, StoreError
 from keel.model import InputRequest, Status, Task
-from keel.store import SqliteStore
-from keel.store.sqlite import CLAIMS_CONTENDED
+from keel.store import SqliteStore, open_store
+from keel.store.base import Op
+from keel.store.sqlite import CLAIMS_CONTENDED, PlanMode
+from keel.store.sqlite.connection import Connection
+from keel.store.sqlite.planning import Planner
 
 pytestmark = pytest.mark.anyio
 
@@ -46,14 +49,14 @@ def db(tmp_path: Path) -> Path:
 def verdicts(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """Every check of a planned part under the lock: True if the plan was used."""
     seen: list[bool] = []
-    original = SqliteStore._part_holds
+    original = Planner.holds
 
-    def recorded(self: SqliteStore, part: Any) -> bool:
+    def recorded(self: Planner, part: Any) -> bool:
         holds = original(self, part)
         seen.append(holds)
         return holds
 
-    monkeypatch.setattr(SqliteStore, "_part_holds", recorded)
+    monkeypatch.setattr(Planner, "holds", recorded)
     return seen
 
 
@@ -71,12 +74,16 @@ def holder(db: Path) -> Iterator[sqlite3.Connection]:
 @pytest.fixture
 async def store(db: Path, holder: sqlite3.Connection) -> AsyncIterator[SqliteStore]:
     """A store that plans every group, as it does while other processes write."""
-    opened = SqliteStore(db)
-    opened._always_plan = True
+    opened = SqliteStore(db, plan="always")
     try:
         yield opened
     finally:
         await opened.close()
+
+
+def _in_thread(store: SqliteStore) -> bool:
+    """Whether a group of ``store``'s writes runs in a worker thread (waiting for the lock)."""
+    return store._lane is not None and store._lane.flushing
 
 
 def _sql(holder: sqlite3.Connection, statement: str, *params: object) -> Callable[[], None]:
@@ -109,7 +116,7 @@ async def _while_locked(
     holder.execute("BEGIN IMMEDIATE")
     try:
         task = asyncio.ensure_future(write())
-        await _until(lambda: store._flushing, "the write waits for the lock in a thread")
+        await _until(lambda: _in_thread(store), "the write waits for the lock in a thread")
         meanwhile()
     except BaseException:
         holder.execute("ROLLBACK")
@@ -227,7 +234,7 @@ async def test_a_planned_claim_takes_the_next_tasks_when_others_took_the_first(
     """Under contention a planned claim reads spare ready tasks: when another writer
     claims the first ones while the plan waits, the claim takes the next ones, and no
     task is leased twice."""
-    store._claims_contended = CLAIMS_CONTENDED  # as after a claim lost a task to another
+    store.planner.contended = CLAIMS_CONTENDED  # as after a claim lost a task to another
     ids = [(await store.create(name=JOB, arguments={"n": n})).task_id for n in range(6)]
     verdicts.clear()
     assert await _claim_while(store, holder, 2, ids[:2]) == ids[2:4]
@@ -245,8 +252,7 @@ async def timed(
     planned carries the plan's time; one claimed under the lock, the time after the
     test advanced the clock while the plan waited (less than PLAN_MAX_AGE)."""
     clock = FakeClock()
-    opened = SqliteStore(db, clock=clock)
-    opened._always_plan = True
+    opened = SqliteStore(db, clock=clock, plan="always")
     try:
         yield opened, clock
     finally:
@@ -259,7 +265,7 @@ async def _queue(store: SqliteStore, clock: FakeClock, count: int) -> list[str]:
     for n in range(count):
         ids.append((await store.create(name=JOB, arguments={"n": n})).task_id)
         clock.advance(0.001)
-    store._claims_contended = CLAIMS_CONTENDED  # as after a claim lost tasks to another
+    store.planner.contended = CLAIMS_CONTENDED  # as after a claim lost tasks to another
     return ids
 
 
@@ -396,7 +402,7 @@ async def test_a_planned_claim_whose_tasks_are_all_gone_claims_under_the_lock(
     verdicts.clear()
     assert await _claim_while(store, holder, 1, ids[:1]) == ids[1:2]
     assert verdicts[-1] is False
-    assert store._claims_contended == CLAIMS_CONTENDED  # spares from now on
+    assert store.planner.contended == CLAIMS_CONTENDED  # spares from now on
 
 
 async def test_a_key_bound_elsewhere_while_the_plan_waited_is_seen(store, holder, verdicts):
@@ -473,8 +479,7 @@ async def test_a_plan_that_waited_long_for_the_lock_is_not_used(db, holder, verd
     that waited longer than PLAN_MAX_AGE for the lock is not used: the claim is worked
     out again under the lock, and its lease runs from then, not from before the wait."""
     clock = FakeClock()
-    store = SqliteStore(db, clock=clock)
-    store._always_plan = True
+    store = SqliteStore(db, clock=clock, plan="always")
     try:
         await store.create(name=JOB)
         verdicts.clear()
@@ -517,11 +522,11 @@ async def test_a_group_that_failed_after_writing_retries_each_write_waiting_for_
     (in a thread, not on the event loop) instead of failing as "busy": only the write
     that failed fails."""
     store = SqliteStore(db)  # the file's only writer: the group runs without a plan
-    rollback = SqliteStore._rollback
+    rollback = Connection.rollback
     taken: list[bool] = []
 
-    def rollback_then_lose_the_lock(self: SqliteStore) -> None:
-        writing = self._conn.in_transaction and not taken
+    def rollback_then_lose_the_lock(self: Connection) -> None:
+        writing = self.sql.in_transaction and not taken
         rollback(self)
         if writing:  # another process takes the lock right after the group's rollback
             taken.append(True)
@@ -532,10 +537,10 @@ async def test_a_group_that_failed_after_writing_retries_each_write_waiting_for_
 
     try:
         await store.create(name=JOB)  # the reads below begin no write transaction
-        monkeypatch.setattr(SqliteStore, "_rollback", rollback_then_lose_the_lock)
+        monkeypatch.setattr(Connection, "rollback", rollback_then_lose_the_lock)
         created = asyncio.ensure_future(store.create(name=JOB))
-        failed = asyncio.ensure_future(store._run(fails_after_writing, write=True))
-        await _until(lambda: bool(taken) and store._flushing, "the retries wait for the lock")
+        failed = asyncio.ensure_future(store._run(Op(fails_after_writing), write=True))
+        await _until(lambda: bool(taken) and _in_thread(store), "the retries wait for the lock")
         holder.execute("COMMIT")
         task = await created
         assert task.status is Status.WORKING
@@ -545,3 +550,40 @@ async def test_a_group_that_failed_after_writing_retries_each_write_waiting_for_
         assert task.task_id in [t.task_id for t in await store.list(limit=10)]
     finally:
         await store.close()
+
+
+async def test_plan_off_never_plans_even_with_another_writer(db, holder, verdicts):
+    """``plan="off"``: the groups of a store whose file another connection writes run
+    under the lock, without a plan, and still do what they should."""
+    store = SqliteStore(db, plan="off")
+    try:
+        first = await store.create(name=JOB)
+        holder.execute("UPDATE tasks SET status_message = 'elsewhere'")  # another writer
+        created = await store.create(name=JOB)
+        [claimed] = await store.claim([JOB], worker="me", lease_seconds=60)
+        assert verdicts == []
+        assert created.status is Status.WORKING
+        assert claimed.task_id == first.task_id
+        assert claimed.status_message == "elsewhere"
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize(
+    ("query", "mode"),
+    [("", PlanMode.AUTO), ("?plan=auto", PlanMode.AUTO), ("?plan=off", PlanMode.OFF)],
+)
+async def test_the_store_url_chooses_when_to_plan(db, query, mode):
+    """``?plan=auto|off`` in a ``sqlite:`` URL reaches the store's planner (auto if absent)."""
+    store = open_store(f"sqlite:///{db}{query}")
+    try:
+        assert isinstance(store, SqliteStore)
+        assert store.planner.mode is mode
+    finally:
+        await store.close()
+
+
+def test_an_unknown_plan_mode_is_a_configuration_error(db):
+    """A misspelt ``?plan=`` is refused when the store opens, naming the choices."""
+    with pytest.raises(ConfigurationError, match="plan must be 'auto' or 'off'"):
+        open_store(f"sqlite:///{db}?plan=sometimes")

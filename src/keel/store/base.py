@@ -1,9 +1,9 @@
 """The logic every adapter shares: each protocol method as one transaction over ``Tx``.
 
 An adapter supplies two things: a :class:`Tx` (a handful of row-level primitives: load,
-insert, conditional update, append history …) and :meth:`TxStore._run`, which runs a
-function inside one transaction. The rules come from :mod:`keel.model.transitions`, so
-the adapters cannot disagree about them.
+insert, conditional update, append history …) and :meth:`TxStore._run`, which runs an
+:class:`Op` (a function, and what it declares it touches) inside one transaction. The
+rules come from :mod:`keel.model.transitions`, so the adapters cannot disagree about them.
 """
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ import json
 import secrets
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any, Protocol, TypeVar
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Generic, Protocol, TypeVar
 
 from keel.errors import IdempotencyConflict, ImportFailed, InvalidPayload, TaskNotFound
 from keel.model import Event, InputRequest, JsonObject, JsonValue, Limits, Reclaimed, Status, Task
@@ -22,6 +24,8 @@ from keel.store.protocol import Clock
 
 __all__ = [
     "MUTABLE_COLUMNS",
+    "Op",
+    "Picks",
     "Tx",
     "TxStore",
     "event_from_row",
@@ -80,6 +84,42 @@ class Tx(Protocol):
         self, status: Status | None, owner: str | None, limit: int, after: str | None
     ) -> list[Task]: ...
     def status_of(self, task_ids: Sequence[str]) -> dict[str, tuple[Status, int]]: ...
+
+
+class Picks(Enum):
+    """How an operation finds the tasks it writes: what group commit and planning must
+    know about it without running it."""
+
+    NAMED = "named"
+    """Only tasks it names (:attr:`Op.touches`), a task it inserts, or one it finds by
+    idempotency key."""
+    READY = "ready"
+    """Ready tasks chosen by a condition (a claim): which ones, only running it tells."""
+    SWEEP = "sweep"
+    """Tasks chosen by a scan (expired leases, stale tasks, purgeable ones)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Op(Generic[T]):
+    """One protocol call as a unit of work for :meth:`TxStore._run`.
+
+    Adapters may run several ops in one transaction (group commit) and must learn what
+    each touches before they run it: PostgreSQL locks the named tasks of a group in one
+    statement, SQLite plans named writes together and each claim on its own. The store
+    method that builds an op declares that here, where the closure is written.
+    """
+
+    run: Callable[[Any], T]
+    """The work, given the adapter's :class:`Tx`; all of it commits, or none."""
+    touches: tuple[str, ...] = ()
+    """Existing tasks it reads by id, first ones first."""
+    picks: Picks = Picks.NAMED
+
+
+def _named(task_id: object) -> tuple[str, ...]:
+    """``touches`` of an op on ``task_id`` (a caller's id that is not a string names no
+    task: the op raises TaskNotFound)."""
+    return (task_id,) if isinstance(task_id, str) else ()
 
 
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
@@ -215,8 +255,8 @@ class TxStore:
     def _now(self) -> float:
         return self._clock()
 
-    async def _run(self, fn: Callable[[Tx], T], *, write: bool) -> T:
-        """Run ``fn`` in one transaction: all its writes commit together, or none do."""
+    async def _run(self, op: Op[T], *, write: bool) -> T:
+        """Run ``op`` in one transaction: all its writes commit together, or none do."""
         raise NotImplementedError
 
     async def close(self) -> None:
@@ -225,7 +265,9 @@ class TxStore:
     # --- reads ---------------------------------------------------------------------
 
     async def get(self, task_id: str, *, owner: str | None = None) -> Task:
-        return await self._run(lambda tx: _require(tx, task_id, owner), write=False)
+        return await self._run(
+            Op(lambda tx: _require(tx, task_id, owner), _named(task_id)), write=False
+        )
 
     async def list(
         self,
@@ -236,27 +278,29 @@ class TxStore:
         after: str | None = None,
     ) -> Sequence[Task]:
         status = None if status is None else Status(status)
-        return await self._run(lambda tx: tx.page(status, owner, max(0, limit), after), write=False)
+        return await self._run(
+            Op(lambda tx: tx.page(status, owner, max(0, limit), after)), write=False
+        )
 
     async def statuses(self, task_ids: Collection[str]) -> Mapping[str, tuple[Status, int]]:
         ids = list(dict.fromkeys(task_ids))
         if not ids:
             return {}
-        return await self._run(lambda tx: tx.status_of(ids), write=False)
+        return await self._run(Op(lambda tx: tx.status_of(ids)), write=False)
 
     async def history(self, task_id: str, *, owner: str | None = None) -> Sequence[Event]:
         def op(tx: Tx) -> list[Event]:
             _require(tx, task_id, owner)
             return tx.events(task_id)
 
-        return await self._run(op, write=False)
+        return await self._run(Op(op, _named(task_id)), write=False)
 
     async def steps(self, task_id: str, *, owner: str | None = None) -> Mapping[str, JsonValue]:
         def op(tx: Tx) -> dict[str, JsonValue]:
             _require(tx, task_id, owner)
             return tx.get_steps(task_id)
 
-        return await self._run(op, write=False)
+        return await self._run(Op(op, _named(task_id)), write=False)
 
     # --- client writes -------------------------------------------------------------
 
@@ -304,7 +348,7 @@ class TxStore:
             tx.append(change.event)
             return change.task
 
-        return await self._run(op, write=True)
+        return await self._run(Op(op), write=True)
 
     async def provide_input(
         self,
@@ -322,7 +366,7 @@ class TxStore:
             )
             return _apply(tx, task, change)
 
-        return await self._run(op, write=True)
+        return await self._run(Op(op, _named(task_id)), write=True)
 
     async def complete(
         self, task_id: str, result: JsonValue, *, fence: int | None = None, actor: str = "client"
@@ -334,7 +378,7 @@ class TxStore:
             )
             return _apply(tx, task, change)
 
-        return await self._run(op, write=True)
+        return await self._run(Op(op, _named(task_id)), write=True)
 
     async def fail(
         self, task_id: str, error: JsonObject, *, fence: int | None = None, actor: str = "client"
@@ -344,7 +388,7 @@ class TxStore:
             change = tr.fail(task, error, self._now(), fence=fence, actor=actor, limits=self.limits)
             return _apply(tx, task, change)
 
-        return await self._run(op, write=True)
+        return await self._run(Op(op, _named(task_id)), write=True)
 
     async def cancel(
         self,
@@ -359,7 +403,7 @@ class TxStore:
             change = tr.cancel(task, self._now(), reason=reason, actor=actor, limits=self.limits)
             return _apply(tx, task, change)
 
-        return await self._run(op, write=True)
+        return await self._run(Op(op, _named(task_id)), write=True)
 
     # --- worker writes -------------------------------------------------------------
 
@@ -371,7 +415,7 @@ class TxStore:
             change = tr.request_input(task, requests, self._now(), fence=fence, limits=self.limits)
             return _apply(tx, task, change)
 
-        return await self._run(op, write=True)
+        return await self._run(Op(op, _named(task_id)), write=True)
 
     def _claim_request(
         self, names: Collection[str], worker: str, lease_seconds: float
@@ -408,10 +452,10 @@ class TxStore:
         # and take the lock only when there is something to claim (the claim re-checks).
         # After a claim that filled its batch there is likely more: skip the look then.
         if wanted not in self._claims_full and not await self._run(
-            lambda tx: tx.ready(wanted, self._now(), 1), write=False
+            Op(lambda tx: tx.ready(wanted, self._now(), 1), picks=Picks.READY), write=False
         ):
             return []
-        claimed = await self._run(op, write=True)
+        claimed = await self._run(Op(op, picks=Picks.READY), write=True)
         if len(claimed) >= min(limit, MAX_CLAIM_BATCH):
             self._claims_full.add(wanted)
         else:
@@ -426,14 +470,14 @@ class TxStore:
             change = tr.renew(task, self._now(), fence=fence, lease_seconds=lease)
             return _apply(tx, task, change)
 
-        return await self._run(op, write=True)
+        return await self._run(Op(op, _named(task_id)), write=True)
 
     async def release(self, task_id: str, *, fence: int, reason: str) -> Task:
         def op(tx: Tx) -> Task:
             task = _require(tx, task_id)
             return _apply(tx, task, tr.release(task, self._now(), fence=fence, reason=reason))
 
-        return await self._run(op, write=True)
+        return await self._run(Op(op, _named(task_id)), write=True)
 
     async def retry(
         self, task_id: str, error: JsonObject, *, fence: int, delay_seconds: float
@@ -450,7 +494,7 @@ class TxStore:
             )
             return _apply(tx, task, change)
 
-        return await self._run(op, write=True)
+        return await self._run(Op(op, _named(task_id)), write=True)
 
     async def set_status_message(
         self, task_id: str, message: str | None, *, fence: int | None = None
@@ -462,7 +506,7 @@ class TxStore:
             )
             return _apply(tx, task, change)
 
-        return await self._run(op, write=True)
+        return await self._run(Op(op, _named(task_id)), write=True)
 
     async def save_step(self, task_id: str, step: str, value: JsonValue, *, fence: int) -> None:
         def op(tx: Tx) -> None:
@@ -472,7 +516,7 @@ class TxStore:
             text, _ = normalize(value, f"step {step!r}", self.limits.max_step_bytes)
             tx.put_step(task_id, step, text, self._now())
 
-        await self._run(op, write=True)
+        await self._run(Op(op, _named(task_id)), write=True)
 
     # --- maintenance ---------------------------------------------------------------
 
@@ -485,9 +529,11 @@ class TxStore:
             ]
 
         # Every worker sweeps often; a read first keeps an idle sweep off the write lock.
-        if not await self._run(lambda tx: tx.expired(self._now(), 1), write=False):
+        if not await self._run(
+            Op(lambda tx: tx.expired(self._now(), 1), picks=Picks.SWEEP), write=False
+        ):
             return []
-        return await self._run(op, write=True)
+        return await self._run(Op(op, picks=Picks.SWEEP), write=True)
 
     async def reclaim(self, timeout_seconds: float) -> Sequence[Reclaimed]:
         timeout = check_seconds(timeout_seconds, "reclaim timeout")
@@ -501,7 +547,7 @@ class TxStore:
                 done.append(why)
             return done
 
-        return await self._run(op, write=True)
+        return await self._run(Op(op, picks=Picks.SWEEP), write=True)
 
     async def purge(self, *, limit: int = 1000) -> Sequence[str]:
         def op(tx: Tx) -> list[str]:
@@ -509,7 +555,7 @@ class TxStore:
             tx.delete(ids)
             return ids
 
-        return await self._run(op, write=True)
+        return await self._run(Op(op, picks=Picks.SWEEP), write=True)
 
     async def import_tasks(
         self,
@@ -555,4 +601,4 @@ class TxStore:
                 why = (reasons or {}).get(task.task_id, "imported")
                 tx.append(Event(task.task_id, now, None, task.status, why, actor))
 
-        await self._run(op, write=True)
+        await self._run(Op(op, tuple(t.task_id for t in checked)), write=True)

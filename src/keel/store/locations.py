@@ -44,7 +44,7 @@ __all__ = [
 DEFAULT_LOCATION = "keel-data/keel.db"
 ENV_VAR = "KEEL_STORE"
 
-_SQLITE_OPTIONS = {"synchronous", "busy_timeout"}
+_SQLITE_OPTIONS = {"synchronous", "busy_timeout", "plan"}
 
 POSTGRES_EXTRA = "pip install 'keel-tasks[postgres]'"
 """How to install what PostgreSQL stores need (psycopg is an optional dependency)."""
@@ -152,6 +152,7 @@ def open_store(
             loc.path,
             synchronous=loc.options.get("synchronous", "full"),
             busy_timeout=busy,
+            plan=loc.options.get("plan", "auto"),
             clock=clock,
             limits=limits,
         )

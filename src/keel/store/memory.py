@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from keel.errors import StoreError
 from keel.model import Event, JsonValue, Limits, Status, Task
-from keel.store.base import TxStore, task_from_row, task_to_row
+from keel.store.base import Op, TxStore, task_from_row, task_to_row
 from keel.store.protocol import Clock
 
 __all__ = ["MemoryStore"]
@@ -197,13 +197,13 @@ class MemoryStore(TxStore):
             self._closed = True
             self._data = _Data()
 
-    async def _run(self, fn: Callable[[Any], T], *, write: bool) -> T:
+    async def _run(self, op: Op[T], *, write: bool) -> T:
         with self._lock:
             if self._closed:
                 raise StoreError("store memory:// is closed")
             tx = _MemoryTx(self._data)
             try:
-                return fn(tx)
+                return op.run(tx)
             except BaseException:
                 for undo in reversed(tx.undo):
                     undo()

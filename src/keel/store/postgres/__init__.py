@@ -5,9 +5,10 @@
   the exception that proves it: one ``UPDATE … WHERE task_id IN (SELECT … FOR UPDATE SKIP
   LOCKED LIMIT n) RETURNING …`` statement (``claim`` in queries.sql), checked against
   :func:`keel.model.transitions.claim` by a test.
-* **Group commit.** Calls made on one event loop while a transaction is in flight queue
-  up; the next transaction runs all of them (reads and writes in separate groups), so a
-  worker completing thirty tasks at once pays for one transaction, not thirty.
+* **Group commit** (:mod:`keel.store.group_commit`). Calls made on one event loop while
+  a transaction is in flight queue up; the next transaction runs all of them (reads and
+  writes in separate lanes), so a worker completing thirty tasks at once pays for one
+  transaction, not thirty. The tasks a group names are locked in one statement first.
 * **Threads, not async connections.** Each group runs in a worker thread on a pooled
   synchronous psycopg connection: the Tx primitives are synchronous, and measured on this
   adapter's target machine a statement costs ~25 µs on a sync connection against ~70 µs
@@ -33,7 +34,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import anyio.to_thread
@@ -42,12 +42,13 @@ import psycopg_pool
 
 from keel.errors import ConfigurationError, StoreError
 from keel.model import Limits, Task
-from keel.store.base import MAX_CLAIM_BATCH, TxStore
+from keel.store.base import MAX_CLAIM_BATCH, Op, Picks, TxStore
+from keel.store.group_commit import Lane, Outcome, Ran, Regroup, Wait, run_alone
 from keel.store.postgres.config import PostgresOptions, parse_postgres_url
 from keel.store.postgres.faults import backoff, connection_lost, describe, is_transient
 from keel.store.postgres.notify import Listener, channels, payloads
 from keel.store.postgres.schema import SCHEMA_VERSION, current_version, migrate
-from keel.store.postgres.tx import GroupState, PgTx, Q, cursor, probe
+from keel.store.postgres.tx import GroupState, PgTx, Q, cursor
 from keel.store.protocol import Clock
 
 __all__ = ["SCHEMA_VERSION", "PostgresOptions", "PostgresStore", "parse_postgres_url"]
@@ -59,9 +60,6 @@ T = TypeVar("T")
 MAX_GROUP = 200  # calls in one transaction at most: a long transaction holds its row locks
 TRIM_EVERY = 600.0  # seconds between deletions of old keel_write_log rows (per process)
 
-_Outcome = tuple[bool, Any]
-"""(True, value) or (False, exception)."""
-
 
 class _AlreadyCommitted(Exception):
     """A retried group found its operation id: the earlier try committed."""
@@ -70,7 +68,7 @@ class _AlreadyCommitted(Exception):
 class _CommitUnknown(Exception):
     """The connection failed while COMMIT was on its way: it may or may not have applied."""
 
-    def __init__(self, outcomes: list[_Outcome]) -> None:
+    def __init__(self, outcomes: list[Outcome]) -> None:
         super().__init__("commit outcome unknown")
         self.outcomes = outcomes
 
@@ -83,26 +81,30 @@ class _Refused(Exception):
         self.error = error
 
 
-class _Regroup(Exception):
-    """A call failed after it sent a write: roll back, run each call on its own."""
+def _touched(ops: Sequence[Op[Any]]) -> list[str]:
+    """The tasks a group's ops name, each once: read (and locked) together up front."""
+    return list(dict.fromkeys(task_id for op in ops for task_id in op.touches))
 
 
-@dataclass(eq=False)
-class _Lane:
-    """The calls queued on one event loop for one kind of transaction (read or write)."""
+class _Groups:
+    """How one kind of PostgreSQL group (reads or writes) runs: the lanes' runner."""
 
-    loop: asyncio.AbstractEventLoop
-    write: bool
-    queue: list[tuple[Callable[[Any], Any], asyncio.Future[Any]]] = field(default_factory=list)
-    scheduled: bool = False
-    flushing: bool = False
+    def __init__(self, store: PostgresStore, write: bool) -> None:
+        self._store = store
+        self._write = write
 
+    def start(self, ops: Sequence[Op[Any]]) -> list[Outcome] | Wait:
+        return Wait()  # every group waits for the network: always in a worker thread
 
-def _unwrap(outcome: _Outcome) -> Any:
-    ok, value = outcome
-    if ok:
-        return value
-    raise value
+    def finish(self, ops: Sequence[Op[Any]], handoff: Any) -> Ran:
+        store = self._store
+        outcomes, notes = store._group_noting(ops, self._write)
+        if notes is None:
+            return Ran(outcomes)
+        return Ran(outcomes, lambda: store._notify(notes))
+
+    def closed(self) -> Exception:
+        return StoreError(f"store {self._store._where} is closed")
 
 
 class PostgresStore(TxStore):
@@ -132,8 +134,8 @@ class PostgresStore(TxStore):
         self.options = url if isinstance(url, PostgresOptions) else parse_postgres_url(url)
         self._where = self.options.display
         self._closed = False
-        self._lanes: dict[tuple[int, bool], _Lane] = {}
-        self._inflight: set[asyncio.Future[Any]] = set()
+        self._runners = {write: _Groups(self, write) for write in (False, True)}
+        self._lanes: dict[tuple[int, bool], Lane] = {}
         self._last_trim = 0.0
         self._trim_lock = threading.Lock()
         self.schema_version = self._setup()
@@ -176,108 +178,45 @@ class PostgresStore(TxStore):
 
     # --- running calls ---------------------------------------------------------------
 
-    async def _run(self, fn: Callable[[Any], T], *, write: bool) -> T:
+    async def _run(self, op: Op[T], *, write: bool) -> T:
         self._check_open()
+        runner = self._runners[write]
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # pragma: no cover - not on asyncio (e.g. trio): one at a time
-            return await anyio.to_thread.run_sync(lambda: _unwrap(self._group([fn], write)[0]))
+            return await anyio.to_thread.run_sync(lambda: run_alone(runner, op))
         lane = self._lanes.get((id(loop), write))
         if lane is None or lane.loop is not loop:
-            lane = self._lanes[(id(loop), write)] = _Lane(loop, write)
-        future: asyncio.Future[Any] = loop.create_future()
-        lane.queue.append((fn, future))
-        self._inflight.add(future)
-        future.add_done_callback(self._inflight.discard)
-        if not lane.scheduled and not lane.flushing:
-            lane.scheduled = True
-            loop.call_soon(self._flush, lane)
-        return await future  # type: ignore[no-any-return]
-
-    def _flush(self, lane: _Lane) -> None:
-        lane.scheduled = False
-        batch = [(fn, f) for fn, f in lane.queue[:MAX_GROUP] if not f.cancelled()]
-        lane.queue = lane.queue[MAX_GROUP:]
-        if not batch:
-            if lane.queue:
-                self._flush(lane)
-            return
-        lane.flushing = True
-        try:
-            lane.loop.run_in_executor(self._threads, self._flush_in_thread, lane, batch)
-        except RuntimeError as exc:  # the executor was shut down: the store is closed
-            lane.flushing = False
-            self._deliver(
-                batch, [(False, StoreError(f"store {self._where} is closed"))] * len(batch)
+            lane = self._lanes[(id(loop), write)] = Lane(
+                loop, runner, max_group=MAX_GROUP, executor=self._threads
             )
-            log.debug("flush after close: %s", exc)
-
-    def _flush_in_thread(
-        self, lane: _Lane, batch: list[tuple[Callable[[Any], Any], asyncio.Future[Any]]]
-    ) -> None:
-        notes: GroupState | None = None
-        try:
-            outcomes, notes = self._group_noting([fn for fn, _ in batch], lane.write)
-        except Exception as exc:
-            outcomes = [(False, exc)] * len(batch)
-        try:
-            lane.loop.call_soon_threadsafe(self._flushed, lane, batch, outcomes)
-        except RuntimeError:  # pragma: no cover - the loop closed with calls in flight
-            return
-        if notes is not None:
-            self._notify(notes)
-
-    def _flushed(
-        self,
-        lane: _Lane,
-        batch: list[tuple[Callable[[Any], Any], asyncio.Future[Any]]],
-        outcomes: list[_Outcome],
-    ) -> None:
-        self._deliver(batch, outcomes)
-        lane.flushing = False
-        if lane.queue and not lane.scheduled:
-            lane.scheduled = True
-            self._flush(lane)
-
-    @staticmethod
-    def _deliver(
-        batch: list[tuple[Callable[[Any], Any], asyncio.Future[Any]]], outcomes: list[_Outcome]
-    ) -> None:
-        for (_, future), (ok, value) in zip(batch, outcomes, strict=True):
-            if future.done():
-                continue  # the caller gave up waiting; the write itself stands
-            if ok:
-                future.set_result(value)
-            else:
-                future.set_exception(value)
-
-    def _group(self, fns: Sequence[Callable[[Any], Any]], write: bool) -> list[_Outcome]:
-        """Run ``fns`` as one transaction, then send its notifications."""
-        outcomes, notes = self._group_noting(fns, write)
-        if notes is not None:
-            self._notify(notes)
-        return outcomes
+        return await lane.submit(op)  # type: ignore[no-any-return]
 
     def _group_noting(
-        self, fns: Sequence[Callable[[Any], Any]], write: bool
-    ) -> tuple[list[_Outcome], GroupState | None]:
-        """Run ``fns`` as one transaction, retrying transient failures; their outcomes."""
+        self, ops: Sequence[Op[Any]], write: bool
+    ) -> tuple[list[Outcome], GroupState | None]:
+        """Run ``ops`` as one transaction, retrying transient failures: their outcomes,
+        and what the notifications after COMMIT must say.
+
+        Raises:
+            Regroup: an op of several failed after writing; the group was rolled back.
+        """
         if not write:
-            return self._retrying(lambda: self._read_once(fns), "read"), None
+            return self._retrying(lambda: self._read_once(ops), "read"), None
         op_id = uuid.uuid4()
-        previous: list[_Outcome] | None = None  # a try whose COMMIT may have applied
+        previous: list[Outcome] | None = None  # a try whose COMMIT may have applied
         attempt = 0
         while True:
             attempt += 1
             try:
                 self._check_open()
-                return self._write_once(fns, op_id, replay=previous is not None)
+                return self._write_once(ops, op_id, replay=previous is not None)
             except _AlreadyCommitted:
                 assert previous is not None
                 log.info("a lost COMMIT reply: the transaction had committed; not applied again")
                 return previous, None
-            except _Regroup:
-                return [self._group([fn], write=True)[0] for fn in fns], None
+            except Regroup:
+                raise
             except _CommitUnknown as exc:
                 previous, cause = exc.outcomes, exc.__cause__
             except Exception as exc:
@@ -322,29 +261,29 @@ class PostgresStore(TxStore):
             except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:  # pragma: no cover
                 log.info("pool check failed: %s", exc)
 
-    def _read_once(self, fns: Sequence[Callable[[Any], Any]]) -> list[_Outcome]:
+    def _read_once(self, ops: Sequence[Op[Any]]) -> list[Outcome]:
         state = GroupState(write=False, now=self._now)
-        outcomes: list[_Outcome] = []
+        outcomes: list[Outcome] = []
         with self._pool.connection() as conn:
             cur = cursor(conn)
-            if len(fns) > 1:
-                state.preload(cur, probe(fns))
-            for fn in fns:
+            if len(ops) > 1:
+                state.preload(cur, _touched(ops))
+            for op in ops:
                 try:
-                    outcomes.append((True, fn(PgTx(cur, state))))
+                    outcomes.append(Outcome(op.run(PgTx(cur, state))))
                 except psycopg.Error as exc:
                     if is_transient(exc):
                         raise
-                    outcomes.append((False, self._store_error(exc)))
+                    outcomes.append(Outcome.failed(self._store_error(exc)))
                 except Exception as exc:
-                    outcomes.append((False, exc))
+                    outcomes.append(Outcome.failed(exc))
         return outcomes
 
     def _write_once(
-        self, fns: Sequence[Callable[[Any], Any]], op_id: uuid.UUID, *, replay: bool
-    ) -> tuple[list[_Outcome], GroupState]:
+        self, ops: Sequence[Op[Any]], op_id: uuid.UUID, *, replay: bool
+    ) -> tuple[list[Outcome], GroupState]:
         state = GroupState(write=True, now=self._now)
-        outcomes: list[_Outcome] = []
+        outcomes: list[Outcome] = []
         committing = False
         with self._pool.connection() as conn:
             cur = cursor(conn)
@@ -355,8 +294,8 @@ class PostgresStore(TxStore):
                         cur.execute(Q["log_write"], {"op_id": op_id})
                     except psycopg.errors.UniqueViolation:
                         raise _AlreadyCommitted from None
-                state.preload(cur, probe(fns))
-                outcomes = self._calls(cur, fns, state)
+                state.preload(cur, _touched(ops))
+                outcomes = self._calls(cur, ops, state)
                 state.flush(cur)
                 if state.wrote and not replay:
                     cur.execute(Q["log_write"], {"op_id": op_id})
@@ -366,13 +305,13 @@ class PostgresStore(TxStore):
                 self._commit(conn)
             except _Refused as refused:
                 _rollback(conn)
-                return [(False, refused.error)], state
+                return [Outcome.failed(refused.error)], state
             except psycopg.Error as exc:
                 _rollback(conn)
                 if not is_transient(exc):
-                    if len(fns) > 1:
-                        raise _Regroup from exc
-                    return [(False, self._store_error(exc))], state
+                    if len(ops) > 1:
+                        raise Regroup from exc
+                    return [Outcome.failed(self._store_error(exc))], state
                 if committing:
                     raise _CommitUnknown(outcomes) from exc
                 raise
@@ -384,30 +323,30 @@ class PostgresStore(TxStore):
     def _calls(
         self,
         cur: psycopg.Cursor[dict[str, Any]],
-        fns: Sequence[Callable[[Any], Any]],
+        ops: Sequence[Op[Any]],
         state: GroupState,
-    ) -> list[_Outcome]:
+    ) -> list[Outcome]:
         """Run each call of a write group; a refused one is undone, the others stand."""
-        outcomes: list[_Outcome] = []
-        for fn in fns:
+        outcomes: list[Outcome] = []
+        for op in ops:
             tx = PgTx(cur, state)
             mark = state.mark()
             try:
-                outcomes.append((True, fn(tx)))
+                outcomes.append(Outcome(op.run(tx)))
             except psycopg.Error as exc:
                 if is_transient(exc):
                     raise
-                if len(fns) > 1:
-                    raise _Regroup from exc
+                if len(ops) > 1:
+                    raise Regroup from exc
                 raise _Refused(self._store_error(exc)) from exc
             except Exception as exc:
                 if tx.sent or state.flushes != mark[3]:
                     # Part of it reached the database: only a rollback can undo it.
-                    if len(fns) > 1:
-                        raise _Regroup from exc
+                    if len(ops) > 1:
+                        raise Regroup from exc
                     raise _Refused(exc) from exc
                 state.undo(mark)
-                outcomes.append((False, exc))
+                outcomes.append(Outcome.failed(exc))
         return outcomes
 
     def _commit(self, conn: psycopg.Connection[Any]) -> None:
@@ -483,16 +422,18 @@ class PostgresStore(TxStore):
             return []
         count = min(limit, MAX_CLAIM_BATCH)
         return await self._run(
-            lambda tx: tx.claim(wanted, self._now(), worker, lease, count), write=True
+            Op(lambda tx: tx.claim(wanted, self._now(), worker, lease, count), picks=Picks.READY),
+            write=True,
         )
 
     # --- administration ----------------------------------------------------------------
 
     async def close(self) -> None:
         # Let queued calls finish first: a caller awaiting one must get its answer.
-        pending = [f for f in self._inflight if f.get_loop() is _current_loop()]
-        if pending:
-            await asyncio.wait(pending)
+        loop = _current_loop()
+        for lane in list(self._lanes.values()):
+            if lane.loop is loop:
+                await lane.drain()
         await anyio.to_thread.run_sync(self.close_sync)
 
     def close_sync(self) -> None:

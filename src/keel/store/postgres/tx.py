@@ -3,8 +3,9 @@
 A write group runs several protocol calls in one transaction. To keep that to a handful
 of round trips whatever its size:
 
-* the tasks the group will change are read and locked in **one** ``SELECT … FOR UPDATE``
-  up front (see :func:`probe`), in task-id order so that two groups cannot deadlock;
+* the tasks the group will change, as its ops declare them
+  (:attr:`~keel.store.base.Op.touches`), are read and locked in **one**
+  ``SELECT … FOR UPDATE`` up front, in task-id order so that two groups cannot deadlock;
 * updates and history entries are **held back** and sent together (one pipelined
   ``executemany`` each) just before anything that must see them, and before COMMIT;
 * what the transaction knows of a task (read, inserted or changed) is kept, so a second
@@ -28,51 +29,13 @@ from keel.model import Event, JsonValue, Status, Task
 from keel.store.base import event_from_row, task_from_row, task_to_row
 from keel.store.sqlfiles import load_queries
 
-__all__ = ["GroupState", "PgTx", "probe"]
+__all__ = ["GroupState", "PgTx"]
 
 Q = load_queries(__package__ or "keel.store.postgres")
 
 _ABSENT = object()
 
 Mark = tuple[int, dict[str, Task | None], dict[str, tuple[Task, Task]], int]
-
-
-class _Miss(Exception):
-    """Raised by the probe: the call needs this task (or something else) from the database."""
-
-    def __init__(self, task_id: str | None) -> None:
-        super().__init__(task_id)
-        self.task_id = task_id
-
-
-class _ProbeTx:
-    """A Tx that answers nothing: it only learns which task a call reads first."""
-
-    def __getattr__(self, name: str) -> Callable[..., Any]:
-        def miss(*args: Any, **kwargs: Any) -> Any:
-            if name == "load" and args and isinstance(args[0], str):
-                raise _Miss(args[0])
-            raise _Miss(None)
-
-        return miss
-
-
-def probe(fns: Sequence[Callable[[Any], Any]]) -> list[str]:
-    """The ids of the tasks ``fns`` read first (calls that start otherwise add nothing).
-
-    Every protocol call is a pure function of what its Tx answers, so running it against
-    a Tx that answers nothing has no effect but to learn what it asks for first.
-    """
-    wanted: dict[str, None] = {}
-    for fn in fns:
-        try:
-            fn(_ProbeTx())
-        except _Miss as miss:
-            if miss.task_id is not None:
-                wanted[miss.task_id] = None
-        except Exception:  # noqa: S112 - a call refused without reading: nothing to fetch
-            continue
-    return list(wanted)
 
 
 class GroupState:

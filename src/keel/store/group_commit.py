@@ -1,0 +1,262 @@
+"""Group commit for the SQL adapters: calls made together share one transaction.
+
+A worker completing thirty tasks at once should pay for one transaction (one fsync on
+SQLite, one round trip of COMMIT on PostgreSQL), not thirty. So a write does not run when
+it is called: its :class:`~keel.store.base.Op` joins the queue of a :class:`Lane` (one
+per event loop), and the first op of a loop iteration schedules a flush that runs
+everything queued by then as one group::
+
+    caller ─ submit(op) ─> Lane.queue ─(call_soon)─> flush ─> runner.start(ops), on the loop
+                                                        │  outcomes: delivered at once
+                                                        │  Wait:     runner.finish(ops) in a
+                                                        │            worker thread, delivered
+                                                        │            back on the loop
+                                                        └  Regroup:  each op alone, in a thread
+
+The adapter supplies the :class:`GroupRunner`: how a group runs in one transaction.
+This module owns the rest, once for both adapters: the queue, delivery of each result
+or error to the caller waiting for it (nobody hears "done" before the COMMIT), and
+regrouping. A group in which an op was refused before it wrote anything commits the
+others beside it; one in which an op failed *after* writing is rolled back by the
+runner, which raises :class:`Regroup`, and each op then runs in a transaction of its
+own, so that only the failing one fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from keel.store.base import Op
+
+__all__ = ["GroupRunner", "Lane", "Outcome", "Ran", "Regroup", "Wait", "finish_group", "run_alone"]
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What one op of a group returned, or raised."""
+
+    value: Any = None
+    error: BaseException | None = None
+
+    @classmethod
+    def failed(cls, error: BaseException) -> Outcome:
+        return cls(error=error)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def unwrap(self) -> Any:
+        """The value, or raise the error."""
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+class Regroup(Exception):
+    """Raised by a runner after it rolled back a group of several ops, one of which failed
+    after writing: run each op in a transaction of its own."""
+
+
+@dataclass(frozen=True, slots=True)
+class Ran:
+    """A group that ran in a worker thread: its outcomes, in the order of its ops."""
+
+    outcomes: list[Outcome]
+    after: Callable[[], None] | None = None
+    """Run in the thread once the outcomes are on their way (PostgreSQL's NOTIFY)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """The group cannot run on the event loop without waiting: finish it in a thread."""
+
+    handoff: Any = None
+    """What the runner worked out on the loop, for :meth:`GroupRunner.finish`."""
+
+
+class GroupRunner(Protocol):
+    """An adapter's way of running a group of ops as one transaction."""
+
+    def start(self, ops: Sequence[Op[Any]]) -> list[Outcome] | Wait:
+        """On the event loop: run the group if that needs no waiting, else say Wait.
+
+        Raises:
+            Regroup: it ran, failed after writing, and was rolled back.
+        """
+        ...
+
+    def finish(self, ops: Sequence[Op[Any]], handoff: Any) -> Ran:
+        """In a worker thread, where waiting (for a lock, a connection) is allowed.
+
+        Raises:
+            Regroup: as for :meth:`start` (never for a single op, which fails alone).
+        """
+        ...
+
+    def closed(self) -> Exception:
+        """The error for ops that find the store closed."""
+        ...
+
+
+def finish_group(
+    runner: GroupRunner, ops: Sequence[Op[Any]], handoff: Any = None, *, regroup: bool = False
+) -> Ran:
+    """Run a group in a worker thread; after a :class:`Regroup`, each op on its own."""
+    if not regroup:
+        try:
+            return runner.finish(ops, handoff)
+        except Regroup:
+            pass
+    outcomes: list[Outcome] = []
+    afters: list[Callable[[], None]] = []
+    for op in ops:
+        ran = runner.finish([op], None)
+        outcomes.extend(ran.outcomes)
+        if ran.after is not None:
+            afters.append(ran.after)
+
+    def after() -> None:
+        for each in afters:
+            each()
+
+    return Ran(outcomes, after if afters else None)
+
+
+def run_alone(runner: GroupRunner, op: Op[Any]) -> Any:
+    """Run one op as a group of its own, in a worker thread; its value, or raise."""
+    ran = runner.finish([op], None)
+    if ran.after is not None:
+        ran.after()
+    return ran.outcomes[0].unwrap()
+
+
+_Queued = tuple[Op[Any], "asyncio.Future[Any]"]
+
+
+class Lane:
+    """The ops queued on one event loop, run in groups by ``runner``.
+
+    Args:
+        max_group: ops in one group at most (None: everything queued).
+        executor: where groups wait (None: the loop's default executor).
+    """
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        runner: GroupRunner,
+        *,
+        max_group: int | None = None,
+        executor: Executor | None = None,
+    ) -> None:
+        self.loop = loop
+        self._runner = runner
+        self._max_group = max_group
+        self._executor = executor
+        self._queue: list[_Queued] = []
+        self._scheduled = False
+        self.flushing = False
+        """Whether a group is running in a worker thread (the next waits for it)."""
+        self.inflight: set[asyncio.Future[Any]] = set()
+        """Futures of ops submitted and not answered yet."""
+
+    @property
+    def idle(self) -> bool:
+        """Nothing queued or running: the lane may be dropped."""
+        return not self.inflight and not self.flushing and not self._scheduled
+
+    def submit(self, op: Op[Any]) -> asyncio.Future[Any]:
+        """Queue ``op`` (on the lane's loop); the future gets its value or error."""
+        future: asyncio.Future[Any] = self.loop.create_future()
+        self._queue.append((op, future))
+        self.inflight.add(future)
+        future.add_done_callback(self.inflight.discard)
+        if not self._scheduled and not self.flushing:
+            self._scheduled = True
+            self.loop.call_soon(self._flush)
+        return future
+
+    async def drain(self) -> None:
+        """Wait until every op submitted so far has its answer."""
+        if self.inflight:
+            await asyncio.wait(list(self.inflight))
+
+    def _take(self) -> list[_Queued]:
+        while self._queue:
+            size = len(self._queue) if self._max_group is None else self._max_group
+            batch = [(op, f) for op, f in self._queue[:size] if not f.cancelled()]
+            self._queue = self._queue[size:]
+            if batch:
+                return batch
+        return []
+
+    def _flush(self) -> None:
+        self._scheduled = False
+        batch = self._take()
+        if not batch:
+            return
+        ops = [op for op, _ in batch]
+        regroup = False
+        handoff = None
+        try:
+            started = self._runner.start(ops)
+        except Regroup:
+            regroup = True
+        except Exception as exc:
+            self._done_on_loop(batch, [Outcome.failed(exc)] * len(batch))
+            return
+        else:
+            if not isinstance(started, Wait):
+                self._done_on_loop(batch, started)
+                return
+            handoff = started.handoff
+        self.flushing = True
+        try:
+            self.loop.run_in_executor(self._executor, self._finish, batch, handoff, regroup)
+        except RuntimeError:  # the executor was shut down: the store is closed
+            self.flushing = False
+            self._done_on_loop(batch, [Outcome.failed(self._runner.closed())] * len(batch))
+
+    def _done_on_loop(self, batch: list[_Queued], outcomes: list[Outcome]) -> None:
+        """Deliver a group that ended on the loop; what is still queued (beyond
+        ``max_group``) is the next group."""
+        _deliver(batch, outcomes)
+        if self._queue and not self._scheduled:
+            self._scheduled = True
+            self.loop.call_soon(self._flush)
+
+    def _finish(self, batch: list[_Queued], handoff: Any, regroup: bool) -> None:
+        """In a worker thread: run the group, then hand the outcomes back to the loop."""
+        ops = [op for op, _ in batch]
+        try:
+            ran = finish_group(self._runner, ops, handoff, regroup=regroup)
+        except Exception as exc:
+            ran = Ran([Outcome.failed(exc)] * len(batch))
+        try:
+            self.loop.call_soon_threadsafe(self._flushed, batch, ran.outcomes)
+        except RuntimeError:  # pragma: no cover - the loop closed with calls in flight
+            return
+        if ran.after is not None:
+            ran.after()
+
+    def _flushed(self, batch: list[_Queued], outcomes: list[Outcome]) -> None:
+        _deliver(batch, outcomes)
+        self.flushing = False
+        if self._queue and not self._scheduled:
+            self._scheduled = True
+            self._flush()
+
+
+def _deliver(batch: Sequence[_Queued], outcomes: Sequence[Outcome]) -> None:
+    for (_, future), outcome in zip(batch, outcomes, strict=True):
+        if future.done():
+            continue  # the caller gave up waiting; the write itself stands
+        if outcome.error is None:
+            future.set_result(outcome.value)
+        else:
+            future.set_exception(outcome.error)

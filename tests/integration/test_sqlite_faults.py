@@ -1,0 +1,123 @@
+"""Real SQLite failures reach callers as the StoreError their result code maps to.
+
+Each test makes SQLite itself fail (a lock held by another connection, a file that is
+not a database, a read-only file) and checks both the Keel message and the driver
+error chained under it, whose code ``keel.store.sqlite.faults`` translated.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from keel.errors import StoreError
+from keel.store import SqliteStore
+
+pytestmark = pytest.mark.anyio
+
+JOB = "job"
+
+
+def _code(error: BaseException) -> str:
+    """The SQLite result code chained under a StoreError."""
+    cause = error.__cause__
+    assert isinstance(cause, sqlite3.Error), f"no sqlite3 error under {error!r}"
+    return str(cause.sqlite_errorname)
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    path = tmp_path / "keel.db"
+    SqliteStore(path).close_sync()  # the schema, in WAL mode
+    return path
+
+
+@pytest.fixture
+def locked(db: Path) -> Iterator[sqlite3.Connection]:
+    """Another connection holding the file's write lock for the whole test."""
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    finally:
+        conn.execute("ROLLBACK")
+        conn.close()
+
+
+async def test_a_lock_held_past_the_busy_timeout_is_busy(db, locked):
+    """A write that waits out its busy timeout behind another connection's lock fails
+    with "busy", from SQLITE_BUSY; nothing is written."""
+    store = SqliteStore(db, busy_timeout=0.05)
+    try:
+        with pytest.raises(StoreError, match=f"store {db} is busy") as info:
+            await store.create(name=JOB)
+        assert _code(info.value).startswith("SQLITE_BUSY")
+        locked.execute("ROLLBACK")
+        assert await store.list() == []
+        locked.execute("BEGIN IMMEDIATE")  # as the fixture expects to find it
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize(
+    "content", [b"not a database, a JSON file\n" * 200, b"\x00" * 4096], ids=["text", "zeros"]
+)
+def test_a_file_that_is_not_a_database_is_unreadable(tmp_path, content):
+    """Opening a file that is not SQLite: "not a readable Keel SQLite store", from
+    SQLITE_NOTADB; the file is left as it was."""
+    path = tmp_path / "tasks.json"
+    path.write_bytes(content)
+    with pytest.raises(StoreError, match="not a readable Keel SQLite store") as info:
+        SqliteStore(path)
+    assert _code(info.value) == "SQLITE_NOTADB"
+    assert path.read_bytes() == content
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes read-only files anyway")
+async def test_a_read_only_file_cannot_be_written(db):
+    """A store file without write permission: opening it or writing to it fails with
+    "cannot write to store" (SQLITE_READONLY) or "cannot open store" (SQLITE_CANTOPEN)."""
+
+    async def open_and_write() -> None:
+        store = SqliteStore(db)
+        try:
+            await store.create(name=JOB)
+        finally:
+            await store.close()
+
+    db.chmod(0o444)
+    try:
+        with pytest.raises(StoreError, match=f"cannot (write to|open) store {db}") as info:
+            await open_and_write()
+        assert _code(info.value).startswith(("SQLITE_READONLY", "SQLITE_CANTOPEN"))
+    finally:
+        db.chmod(0o644)
+
+
+async def test_a_read_only_connection_cannot_write(db):
+    """The same mapping where permissions cannot be taken away (as root): SQLite's
+    ``query_only`` makes the store's connection refuse writes with SQLITE_READONLY, as a
+    read-only file or medium does. Reads still work."""
+    store = SqliteStore(db)
+    try:
+        store._db.sql.execute("PRAGMA query_only = ON")  # the store's one connection
+        with pytest.raises(StoreError, match=f"cannot write to store {db}") as info:
+            await store.create(name=JOB)
+        assert _code(info.value) == "SQLITE_READONLY"
+        assert await store.list() == []
+    finally:
+        await store.close()
+
+
+def test_a_folder_in_place_of_the_file_cannot_be_opened(tmp_path):
+    """A directory where the database file should be: "cannot open store", from
+    SQLITE_CANTOPEN."""
+    path = tmp_path / "keel.db"
+    path.mkdir()
+    with pytest.raises(StoreError, match=f"cannot open store {path}") as info:
+        SqliteStore(path)
+    assert _code(info.value).startswith("SQLITE_CANTOPEN")
