@@ -30,9 +30,6 @@ import hashlib
 import json
 import os
 import re
-import socket
-import subprocess
-import sys
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -42,53 +39,26 @@ import anyio
 import pytest
 
 from keel.bridge import SEED_DEPLOY, SEED_INCIDENT
+from keel_serve import KeelServe
 from tasks_extension.wire_schema import SCHEMAS, Exchange, Wire, tags, violations
 
 START = 120.0  # seconds a server may take to start (the Bridge indexes its sample data)
 UNKNOWN = "task-that-does-not-exist"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def keel_serve(folder: Path, *args: str) -> Iterator[str]:
     """``keel serve ARGS`` as a process in ``folder`` on a free 127.0.0.1 port; yields its
-    URL once it accepts connections, and stops it when the block ends."""
-    port = _free_port()
-    log = folder / "serve.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "keel", "serve", "--port", str(port), *args],
-            cwd=folder,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "KEEL_STORE": ""},
-        )
+    URL once it listens, and stops it when the block ends."""
+    server = KeelServe(
+        args, cwd=folder, env={**os.environ, "KEEL_STORE": ""}, log=folder / "serve.log"
+    )
+    server.start()
     try:
-
-        async def ready() -> None:
-            with anyio.fail_after(START):
-                while True:
-                    assert process.poll() is None, log.read_text()
-                    try:
-                        with socket.create_connection(("127.0.0.1", port), timeout=1):
-                            return
-                    except OSError:
-                        await anyio.sleep(0.05)
-
-        anyio.run(ready)
-        yield f"http://127.0.0.1:{port}/mcp"
+        anyio.run(server.ready, START)
+        yield server.url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        server.stop()
 
 
 def record(url: str, flows: Callable[[Wire], Awaitable[None]]) -> list[Exchange]:
