@@ -404,6 +404,7 @@ def report(exchanges: list[Exchange]) -> str:
 
 
 @pytest.mark.requirement("B2.1", "B2.3", "B4.6", "B4.10", "B4.14")
+@pytest.mark.slow
 def test_every_conformance_answer_validates(conformance: list[Exchange]) -> None:
     """Every answer of the conformance app, in every state, validates against the
     extension's and the core 2026-07-28 schemas and the SDK's models."""
@@ -411,6 +412,7 @@ def test_every_conformance_answer_validates(conformance: list[Exchange]) -> None
     assert not failures, f"answers that break the 2026-07-28 schemas:\n{failures}"
 
 
+@pytest.mark.slow
 def test_the_conformance_flows_reach_every_state(conformance: list[Exchange]) -> None:
     """The recorded answers cover every shape the test claims to check: each task status
     through tasks/get, a completed tool error, every result kind, each error code."""
@@ -426,6 +428,7 @@ def test_the_conformance_flows_reach_every_state(conformance: list[Exchange]) ->
 
 
 @pytest.mark.requirement("B2.1", "B4.6", "B4.10")
+@pytest.mark.slow
 def test_every_bridge_answer_validates(bridge: list[Exchange]) -> None:
     """Every answer of Incident Bridge (plain tools, the diagnosis through input to its
     conclusion, a tool error, inline through MRTR) validates against the same schemas and
@@ -455,6 +458,7 @@ def _with(exchange: Exchange, change: Callable[[dict[str, Any]], object]) -> Exc
     )
 
 
+@pytest.mark.slow
 def test_the_check_catches_a_completed_result_without_result_type(
     conformance: list[Exchange],
 ) -> None:
