@@ -73,7 +73,10 @@ ADAPTERS: dict[str, Adapter] = {
         _open_postgres,
         durable=True,
         cleanup=_drop_postgres,
-        marks=(pytest.mark.postgres,),
+        # slow: a schema created and dropped per test costs ~0.1-0.3 s, and ~400 tests
+        # take this adapter (over a minute); the fast loop runs the other three, and
+        # tests/postgres the adapter's own tests.
+        marks=(pytest.mark.postgres, pytest.mark.slow),
     ),
 }
 

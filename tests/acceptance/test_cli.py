@@ -20,6 +20,9 @@ import pytest
 
 from keel import TaskStore
 
+# slow: every test runs the real keel console script as subprocesses
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = Path(sys.executable).parent / "keel"
 COMMAND = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "keel"]

@@ -6,8 +6,6 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,71 +26,27 @@ from keel.mcp.client import (
 )
 from keel.mcp.client import TasksClientExtension as Tasks
 from keel.store import SqliteStore
+from keel_serve import KeelServe
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
-KEEL = Path(sys.executable).parent / "keel"
 WAIT = 20.0  # seconds for any one step
 
 
-def free_port() -> int:
-    """A free TCP port on the loopback interface."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Server:
-    """``keel serve --app conformance`` as a real process, killed and restarted at will."""
+class Server(KeelServe):
+    """``keel serve --app conformance`` on ``folder/keel.db`` as a real process, killed
+    and restarted at will (its output in ``folder/keel-serve-N.log``)."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
-        self.port = free_port()
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/mcp"
-
-    def start(self) -> None:
-        self.process = subprocess.Popen(
-            [
-                str(KEEL),
-                "serve",
-                "--app",
-                "conformance",
-                "--port",
-                str(self.port),
-                "--store",
-                str(self.folder / "keel.db"),
-            ],
-            cwd=self.folder,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+        # Two servers may share a folder (and a store): each its own log.
+        log = folder / f"keel-serve-{len(list(folder.glob('keel-serve-*.log'))) + 1}.log"
+        log.touch()
+        super().__init__(
+            ["--app", "conformance", "--store", str(folder / "keel.db")],
+            cwd=folder,
             env={**os.environ, "KEEL_STORE": ""},
+            log=log,
         )
-
-    async def ready(self) -> None:
-        with anyio.fail_after(WAIT):
-            while True:
-                try:
-                    with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                        return
-                except OSError:
-                    await anyio.sleep(0.05)
-
-    def kill(self) -> None:
-        assert self.process is not None
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait(timeout=WAIT)
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=WAIT)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
 
 
 def running_server(folder: Path) -> Iterator[Server]:
@@ -110,6 +64,27 @@ def running_server(folder: Path) -> Iterator[Server]:
 def server(tmp_path: Path) -> Iterator[Server]:
     """A running keel serve, stopped at the end of the test."""
     yield from running_server(tmp_path)
+
+
+async def test_a_taken_port_is_left_for_another(tmp_path: Path) -> None:
+    """Another process listens on the port picked for keel serve before it can bind it
+    (the race of a port picked free and released): keel serve starts again on another
+    port, and the other listener is never taken for it."""
+    server = Server(tmp_path)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        server.port = taken.getsockname()[1]
+        server.start()
+        try:
+            await server.ready()
+            assert server.port != taken.getsockname()[1]
+            assert server.alive
+            assert "address already in use" in server.output().lower()
+            async with Client(server.url) as client:
+                assert "confirm_delete" in {t.name for t in (await client.list_tools()).tools}
+        finally:
+            server.stop()
 
 
 async def restart(server: Server) -> None:

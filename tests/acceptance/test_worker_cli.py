@@ -22,6 +22,9 @@ from keel.store import SqliteStore
 
 from .apps.harness import APPS, KEEL, WorkerProcess, eventually, fleet, worker_env
 
+# slow: every test starts real keel worker processes
+pytestmark = pytest.mark.slow
+
 TIMEOUT = 60  # seconds; a hung command is a failure, not a stuck run
 WAIT = 30.0  # seconds for a worker to reach a state
 

@@ -26,7 +26,8 @@ from keel.bridge.tools import add_tools
 
 from .conftest import DatasetFactory, truth_of
 
-pytestmark = pytest.mark.anyio
+# slow: diagnoses a set of generated datasets (minutes on two cores)
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 TEST_SEEDS = (2718, 31415, 16180)  # never used while tuning (tuned on 3, 7..13)
 # The targets of the held-out evaluation (docs/bridge.md): the top hypothesis is the

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from keel.bridge.generate import GROUND_TRUTH, KINDS, SEED_DEPLOY, SEED_INCIDENT, generate
@@ -46,6 +47,7 @@ def test_dataset_holds_every_kind_the_seed_incident_and_the_truth_beside(tmp_pat
         assert "root_service" not in (tmp_path / name).read_text()
 
 
+@pytest.mark.slow
 def test_cli_sample_data_ingest_and_diagnose(tmp_path: Path) -> None:
     """``keel bridge sample-data``, ``ingest`` (a no-op the second time) and ``diagnose``."""
     runner = CliRunner()

@@ -36,7 +36,11 @@ WAIT = 60.0  # seconds a flow may take (a diagnosis at the fast pace takes well 
 
 @pytest.fixture
 def server(dataset: DatasetFactory, tmp_path: Any) -> MCPServer[Any]:
-    """The Bridge as ``keel serve`` will assemble it: the task app and the plain tools."""
+    """The Bridge as ``keel serve`` will assemble it: the task app and the plain tools.
+
+    Its dataset takes seconds to generate and index (once per session), so the tests that
+    use it are marked ``slow``.
+    """
     settings = dataset(7)
     app = build_app(settings, SqliteStore(tmp_path / "keel.db"))
     server = app_server(app, "incident-bridge")
@@ -68,6 +72,7 @@ def answer(task_id: str, key: str, content: dict[str, Any]) -> UpdateTask:
     )
 
 
+@pytest.mark.slow
 async def test_seed_incident_asks_for_the_service_refuses_a_wrong_one_and_concludes(
     server: MCPServer[Any],
 ) -> None:
@@ -118,6 +123,7 @@ async def test_seed_incident_asks_for_the_service_refuses_a_wrong_one_and_conclu
                 assert citation["ref"].split("/")[-1] in str(content), citation
 
 
+@pytest.mark.slow
 async def test_a_diagnosis_answered_inline_matches_the_output_schema(
     server: MCPServer[Any], dataset: DatasetFactory
 ) -> None:
@@ -136,6 +142,7 @@ async def test_a_diagnosis_answered_inline_matches_the_output_schema(
     assert result.structured_content == run_diagnosis(bridge, SEED_INCIDENT, "payments")
 
 
+@pytest.mark.slow
 async def test_unknown_incident_ends_the_task_with_a_tool_error(server: MCPServer[Any]) -> None:
     """An unknown incident id: completed with isError and a message naming it."""
     async with Client(server, extensions=[Tasks()]) as client:
@@ -147,6 +154,7 @@ async def test_unknown_incident_ends_the_task_with_a_tool_error(server: MCPServe
         assert "unknown incident: 'INC-0000-NOPE'" in done["result"]["content"][0]["text"]
 
 
+@pytest.mark.slow
 async def test_unknown_service_argument_is_a_tool_error(server: MCPServer[Any]) -> None:
     """A service argument that no span names: completed with isError listing the known."""
     async with Client(server, extensions=[Tasks()]) as client:
@@ -162,6 +170,7 @@ async def test_unknown_service_argument_is_a_tool_error(server: MCPServer[Any]) 
         assert "payments" in text
 
 
+@pytest.mark.slow
 async def test_plain_tools_answer_and_refuse_bad_input(server: MCPServer[Any]) -> None:
     """get_incident, search_traces and list_deploys answer with structured content and
     text; an unknown incident and bad time ranges are tool errors saying what is wrong."""

@@ -119,6 +119,7 @@ def test_malformed_trace_file_names_file_and_line(
     assert f"{path}:{line}" in str(info.value)
 
 
+@pytest.mark.slow
 def test_a_malformed_file_leaves_the_index_as_it_was(dataset: Any, tmp_path: Path) -> None:
     """Ingesting a folder with one malformed file fails naming it, and the existing
     index (and the data folder) are byte for byte what they were: nothing half-written."""
@@ -226,6 +227,7 @@ def test_a_byte_order_mark_and_crlf_are_read_everywhere(tmp_path: Path) -> None:
     assert [r[1] for r in rows(traces)] == ["eee19b7ec3c1b174", "fff19b7ec3c1b174"]
 
 
+@pytest.mark.slow
 def test_ingest_refuses_deploys_and_incidents_the_diagnosis_could_not_read(
     dataset: Any, tmp_path: Path
 ) -> None:

@@ -164,6 +164,7 @@ def test_bridge_settings_from_the_environment_do_not_stop_another_app() -> None:
     assert "--pace, --deploys: Bridge settings, not for --app conformance" in refused.output
 
 
+@pytest.mark.slow
 def test_the_bridge_reads_the_environment_its_workers_read(tmp_path: Path) -> None:
     """KEEL_BRIDGE_DATA places the Bridge's data for keel serve as for keel worker."""
     result = CliRunner().invoke(

@@ -36,6 +36,9 @@ from keel.store import MemoryStore, SqliteStore, Store
 
 from .support import FakeClock
 
+# slow: Hypothesis state machines, several seconds per adapter
+pytestmark = pytest.mark.slow
+
 W, IR = Status.WORKING, Status.INPUT_REQUIRED
 C, F, X = Status.COMPLETED, Status.FAILED, Status.CANCELLED
 JOB = "job"

@@ -34,6 +34,7 @@ __all__ = ["ClusterUnavailable", "PrivateCluster", "find_bindir"]
 OS_USER = "postgres"  # initdb refuses to run as root
 START_TIMEOUT = 60  # seconds pg_ctl waits for the server to start or stop
 CONNECT_TIMEOUT = 30.0  # seconds to wait until the started server takes connections
+PORT_TRIES = 5  # first starts on a fresh port before giving up on finding one
 
 
 class ClusterUnavailable(RuntimeError):
@@ -108,15 +109,14 @@ class PrivateCluster:
             )  # fmt: skip
             with (cluster.data / "postgresql.conf").open("a") as conf:
                 conf.write(
-                    f"\nport = {cluster.port}\n"
-                    f"listen_addresses = '{cluster.host}'\n"
+                    f"\nlisten_addresses = '{cluster.host}'\n"
                     f"unix_socket_directories = '{folder}'\n"
                     f"max_connections = {max_connections}\n"
                     "shared_buffers = 32MB\n"
                     "fsync = on\n"
                     "synchronous_commit = on\n"
                 )
-            cluster.start()
+            cluster._start_on_a_free_port()
         except BaseException:
             cluster.destroy()
             raise
@@ -167,6 +167,25 @@ class PrivateCluster:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.05)
+
+    def _start_on_a_free_port(self) -> None:
+        """The first start: on :attr:`port`, or, if another process took it (it was
+        picked free and released for the server to bind), on another, at most
+        :data:`PORT_TRIES` times."""
+        for start in range(1, PORT_TRIES + 1):
+            with (self.data / "postgresql.conf").open("a") as conf:
+                conf.write(f"port = {self.port}\n")  # the last setting in the file wins
+            since = self.log.stat().st_size if self.log.exists() else 0
+            try:
+                self.start()
+                return
+            except RuntimeError:
+                with self.log.open("rb") as log:
+                    log.seek(since)
+                    taken = b"address already in use" in log.read().lower()
+                if not taken or start == PORT_TRIES:
+                    raise
+            self.port = _free_port()
 
     def stop(self, mode: Literal["smart", "fast", "immediate"] = "fast") -> None:
         """Stop the server: ``fast`` ends every session (clients see admin_shutdown);

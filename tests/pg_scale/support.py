@@ -1,7 +1,8 @@
 """Processes and checks shared by the PostgreSQL scale-out tests.
 
 * :class:`FrontEnd`: a real ``keel serve --app pg_scale_app:app --no-worker`` process
-  on a free loopback port, driven with the official MCP client;
+  on a free loopback port (a :class:`keel_serve.KeelServe`), driven with the official
+  MCP client;
 * workers are the acceptance tier's :class:`~acceptance.apps.harness.WorkerProcess`
   (``keel worker``), given a ``postgresql://`` store URL;
 * :func:`check_task` checks one finished ``pg_steps`` task's outcome, history, recorded
@@ -12,9 +13,6 @@
 
 from __future__ import annotations
 
-import signal
-import socket
-import subprocess
 import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -25,11 +23,12 @@ import anyio
 from mcp import Client
 from mcp_types import Result
 
-from acceptance.apps.harness import KEEL, LoggedProcess, WorkerProcess, worker_env
+from acceptance.apps.harness import APPS, WorkerProcess, worker_env
 from acceptance.checks import CLAIMED, RECOVERED, Ledger, check_task, read_effects
 from keel.mcp.client import CancelTask, Created, Detailed, GetTask, TaskIdParams
 from keel.mcp.client import TasksClientExtension as Tasks
 from keel.model import Event
+from keel_serve import KeelServe
 
 __all__ = [
     "APP",
@@ -43,7 +42,6 @@ __all__ = [
     "cancel_task",
     "check_task",
     "create_task",
-    "free_port",
     "get_task",
     "mcp_client",
     "read_back",
@@ -52,8 +50,7 @@ __all__ = [
 ]
 
 APP = "pg_scale_app:app"
-READY_TIMEOUT = 60.0  # seconds a front end may take to start
-EXIT_TIMEOUT = 30.0  # seconds a front end may take to stop
+READY_TIMEOUT = 60.0  # seconds a worker may take to start
 
 
 async def until_ready(worker: WorkerProcess, within: float = READY_TIMEOUT) -> None:
@@ -67,70 +64,25 @@ async def until_ready(worker: WorkerProcess, within: float = READY_TIMEOUT) -> N
         await anyio.sleep(0.02)
 
 
-def free_port() -> int:
-    """A free TCP port on the loopback interface."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def app_env(effects: Path, *, lease: float) -> dict[str, str]:
     """The environment of a worker or front end: the test's, without ``$KEEL_STORE``,
     plus the app's settings."""
     return worker_env(effects, lease=lease)
 
 
-class FrontEnd(LoggedProcess):
-    """``keel serve --no-worker`` for the test app on a store, on a free port."""
+class FrontEnd(KeelServe):
+    """``keel serve --no-worker`` for the test app on a store, on a free port (its output
+    in ``<logs>/<name>.log``)."""
 
     def __init__(self, *, store: str, name: str, logs: Path, env: Mapping[str, str]) -> None:
-        self.port = free_port()
-        argv = [
-            str(KEEL),
-            "serve",
-            "--app",
-            APP,
-            "--no-worker",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-            "--store",
-            store,
-        ]
-        super().__init__(argv, name=name, logs=logs, env=env)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/mcp"
-
-    async def ready(self, within: float = READY_TIMEOUT) -> None:
-        """Wait until the server accepts connections (bounded)."""
-        deadline = time.monotonic() + within
-        while True:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"{self.name} exited early\n{self.output()}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                    return
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise AssertionError(
-                        f"{self.name} not listening in {within}s\n{self.output()}"
-                    ) from None
-                await anyio.sleep(0.05)
-
-    def stop(self) -> int:
-        """SIGTERM, then reap (killed if it will not go)."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=EXIT_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait()
-        finally:
-            self._close(EXIT_TIMEOUT)
+        self.name = name
+        super().__init__(
+            ["--app", APP, "--no-worker", "--store", store],
+            cwd=APPS,
+            env=env,
+            log=logs / f"{name}.log",
+        )
+        self.start()
 
 
 class FrontEnds(list[FrontEnd]):

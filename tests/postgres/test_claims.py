@@ -47,6 +47,7 @@ async def test_claim_order_and_bound(open_pg):
     assert all(t.fence == 1 for t in got)
 
 
+@pytest.mark.slow
 async def test_concurrent_claimers_never_share_a_task(open_pg):
     """Four stores (four pools) claiming at once from one queue: every task once."""
     stores = [open_pg() for _ in range(4)]

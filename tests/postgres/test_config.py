@@ -60,11 +60,13 @@ def test_bad_options_are_configuration_errors(query, fragment):
 
 def test_unreachable_server_names_host_and_port():
     """Opening a store with no server at the address: ConfigurationError with host:port."""
-    with socket.socket() as s:  # a port nobody listens on
+    # A port bound but never listened on: held for the whole test, so no other process
+    # can start listening there, and connecting is refused.
+    with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    with pytest.raises(ConfigurationError) as info:
-        open_store(f"postgresql://postgres@127.0.0.1:{port}/test?connect_timeout=2")
+        with pytest.raises(ConfigurationError) as info:
+            open_store(f"postgresql://postgres@127.0.0.1:{port}/test?connect_timeout=2")
     assert f"127.0.0.1:{port}" in str(info.value)
 
 

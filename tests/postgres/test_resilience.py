@@ -181,6 +181,7 @@ async def test_connection_killed_before_commit_is_retried_once(lost):
     assert [e.to_status for e in history] == [Status.WORKING, Status.CANCELLED]
 
 
+@pytest.mark.slow
 async def test_backends_terminated_mid_run(schema):
     """Every connection of the store is terminated again and again while it works: all
     tasks still end exactly once."""

@@ -11,7 +11,8 @@ from keel.store import PostgresStore, Store
 
 from .pg import drop_schema, new_schema, require_postgres, store_url
 
-pytestmark = pytest.mark.postgres
+# slow: a Hypothesis state machine, over ten seconds
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 
 class PostgresMachine(StoreMachine):

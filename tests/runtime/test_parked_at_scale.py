@@ -17,7 +17,8 @@ from keel.store import SqliteStore
 
 from .support import APPROVAL, parks, running, settles, worker
 
-pytestmark = pytest.mark.anyio
+# slow: ten thousand tasks
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 PARKED = 10_000  # created already waiting, as if their handler had asked (the fast path)
 PARKED_BY_WORKER = 200  # parked by a worker running their handler for real

@@ -263,6 +263,7 @@ async def test_input_keys_are_never_reused_and_stale_answers_are_ignored(
 
 
 @pytest.mark.requirement("B3.6", "B4.15")
+@pytest.mark.slow
 async def test_terminal_tasks_never_change_and_cancel_acks_them_the_same(
     mcp_server: MCPServer[Any],
 ) -> None:

@@ -151,6 +151,7 @@ async def test_tasks_requests_carry_the_routing_headers(gated_app: Keel, gate: a
 
 
 @pytest.mark.requirement("B4.1", "B4.2")
+@pytest.mark.slow
 async def test_call_tool_completes_against_a_rate_limited_server(tmp_path: Path) -> None:
     """A client that answers input at once, against a server that rate-limits polls
     (pollIntervalMs 1000, so a poll sooner than 500 ms after the last is refused), on a

@@ -47,6 +47,7 @@ def accept(**content: Any) -> dict[str, Any]:
 
 
 @pytest.mark.requirement("B8.2", "K1")
+@pytest.mark.slow
 async def test_another_principals_task_is_indistinguishable_from_an_unknown_one(
     tmp_path: Path,
 ) -> None:
@@ -120,6 +121,7 @@ async def test_each_principal_reads_its_own_tasks(tmp_path: Path) -> None:
 
 
 @pytest.mark.requirement("B8.1")
+@pytest.mark.slow
 async def test_task_ids_carry_at_least_128_random_bits(mcp_server: Any, keel_app: Keel) -> None:
     """Ids of tasks created back to back differ in a part drawn from the URL-safe base64
     alphabet that is long enough for 128 bits, and every position of it varies."""

@@ -190,6 +190,7 @@ async def test_cancel_task_ends_a_running_task_and_resume_reports_it(
     assert raised.value.error.code == TASK_CANCELLED
 
 
+@pytest.mark.slow
 async def test_cancel_on_exit_cancels_the_task_when_the_call_is_abandoned(
     server: MCPServer[Any],
 ) -> None:

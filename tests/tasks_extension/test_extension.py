@@ -177,6 +177,7 @@ async def test_unknown_tasks_and_invalid_arguments_are_minus_32602(
 
 
 @pytest.mark.requirement("B2.7", "B4.3")
+@pytest.mark.slow
 async def test_the_client_extension_resolves_a_task_to_its_result(
     server: MCPServer[Any],
 ) -> None:

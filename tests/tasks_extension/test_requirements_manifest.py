@@ -97,6 +97,7 @@ def test_the_manifest_is_well_formed() -> None:
     assert sections == {f"A{n}" for n in range(1, 12)}
 
 
+@pytest.mark.slow
 def test_every_tested_requirement_is_named_by_a_test(named: dict[str, dict[str, Any]]) -> None:
     """No requirement claims 'tested' without a test that names it."""
     covered = {i for test in named.values() for i in test["ids"]}
@@ -104,6 +105,7 @@ def test_every_tested_requirement_is_named_by_a_test(named: dict[str, dict[str, 
     assert not missing, f"requirements no test names (test them or write a deviation): {missing}"
 
 
+@pytest.mark.slow
 def test_every_marker_names_a_known_requirement(named: dict[str, dict[str, Any]]) -> None:
     """A typo in a marker (or a retired id) fails here, naming the test."""
     unknown = {
@@ -114,6 +116,7 @@ def test_every_marker_names_a_known_requirement(named: dict[str, dict[str, Any]]
     assert not unknown, f"tests naming unknown requirements: {unknown}"
 
 
+@pytest.mark.slow
 def test_known_failures_are_declared_and_only_those(named: dict[str, dict[str, Any]]) -> None:
     """The requirements whose tests are all strict xfails are exactly those the manifest
     marks ``failing``: a fixed bug (its xfail removed) must drop the mark, and a new

@@ -51,6 +51,7 @@ def accept(**content: Any) -> dict[str, Any]:
 
 
 @pytest.mark.requirement("K1", "B6.1", "B6.2", "B6.8", "B7.2", "B7.3")
+@pytest.mark.slow
 async def test_unknown_and_purged_tasks_answer_exactly_alike(tmp_path: Path) -> None:
     """A finished task stays readable for its whole TTL; once its TTL has run out it is
     purged (a live one, waiting for input, never is), and from then on tasks/get,

@@ -149,6 +149,7 @@ async def test_descriptions_and_output_schemas_are_listed(tmp_path: Path) -> Non
     assert tools["scoped"]["outputSchema"] == {"additionalProperties": True, "type": "object"}
 
 
+@pytest.mark.slow
 async def test_results_inline_and_from_tasks_get_match_the_output_schema(
     tmp_path: Path,
 ) -> None:

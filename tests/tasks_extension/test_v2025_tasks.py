@@ -154,6 +154,7 @@ async def test_tasks_cancel_answers_the_cancelled_task_and_refuses_a_finished_on
 
 
 @pytest.mark.requirement("A4.3", "A4.4", "A8.2", "A11.1", "A11.2")
+@pytest.mark.slow
 async def test_tasks_list_pages_the_callers_own_tasks_only(tmp_path: Any) -> None:
     """Alice's tasks come in pages of LIST_PAGE with a nextCursor while more remain, and
     all of them exactly once; Bob sees only his; a bad cursor (or Alice's cursor for Bob)

@@ -30,9 +30,6 @@ import hashlib
 import json
 import os
 import re
-import socket
-import subprocess
-import sys
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -42,53 +39,26 @@ import anyio
 import pytest
 
 from keel.bridge import SEED_DEPLOY, SEED_INCIDENT
+from keel_serve import KeelServe
 from tasks_extension.wire_schema import SCHEMAS, Exchange, Wire, tags, violations
 
 START = 120.0  # seconds a server may take to start (the Bridge indexes its sample data)
 UNKNOWN = "task-that-does-not-exist"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def keel_serve(folder: Path, *args: str) -> Iterator[str]:
     """``keel serve ARGS`` as a process in ``folder`` on a free 127.0.0.1 port; yields its
-    URL once it accepts connections, and stops it when the block ends."""
-    port = _free_port()
-    log = folder / "serve.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "keel", "serve", "--port", str(port), *args],
-            cwd=folder,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "KEEL_STORE": ""},
-        )
+    URL once it listens, and stops it when the block ends."""
+    server = KeelServe(
+        args, cwd=folder, env={**os.environ, "KEEL_STORE": ""}, log=folder / "serve.log"
+    )
+    server.start()
     try:
-
-        async def ready() -> None:
-            with anyio.fail_after(START):
-                while True:
-                    assert process.poll() is None, log.read_text()
-                    try:
-                        with socket.create_connection(("127.0.0.1", port), timeout=1):
-                            return
-                    except OSError:
-                        await anyio.sleep(0.05)
-
-        anyio.run(ready)
-        yield f"http://127.0.0.1:{port}/mcp"
+        anyio.run(server.ready, START)
+        yield server.url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        server.stop()
 
 
 def record(url: str, flows: Callable[[Wire], Awaitable[None]]) -> list[Exchange]:
@@ -434,6 +404,7 @@ def report(exchanges: list[Exchange]) -> str:
 
 
 @pytest.mark.requirement("B2.1", "B2.3", "B4.6", "B4.10", "B4.14")
+@pytest.mark.slow
 def test_every_conformance_answer_validates(conformance: list[Exchange]) -> None:
     """Every answer of the conformance app, in every state, validates against the
     extension's and the core 2026-07-28 schemas and the SDK's models."""
@@ -441,6 +412,7 @@ def test_every_conformance_answer_validates(conformance: list[Exchange]) -> None
     assert not failures, f"answers that break the 2026-07-28 schemas:\n{failures}"
 
 
+@pytest.mark.slow
 def test_the_conformance_flows_reach_every_state(conformance: list[Exchange]) -> None:
     """The recorded answers cover every shape the test claims to check: each task status
     through tasks/get, a completed tool error, every result kind, each error code."""
@@ -456,6 +428,7 @@ def test_the_conformance_flows_reach_every_state(conformance: list[Exchange]) ->
 
 
 @pytest.mark.requirement("B2.1", "B4.6", "B4.10")
+@pytest.mark.slow
 def test_every_bridge_answer_validates(bridge: list[Exchange]) -> None:
     """Every answer of Incident Bridge (plain tools, the diagnosis through input to its
     conclusion, a tool error, inline through MRTR) validates against the same schemas and
@@ -485,6 +458,7 @@ def _with(exchange: Exchange, change: Callable[[dict[str, Any]], object]) -> Exc
     )
 
 
+@pytest.mark.slow
 def test_the_check_catches_a_completed_result_without_result_type(
     conformance: list[Exchange],
 ) -> None:

@@ -6,8 +6,8 @@ A worker runs the console script next to this interpreter, from this folder (so 
 by the test: history names that id, so a test can tell which process ran which attempt.
 Its stderr (the ready line and ``-v`` logs) is copied to a file that failures quote.
 
-:class:`LoggedProcess` (start a process from this folder, copy its output to a log file,
-quote it) is also the base of the PostgreSQL tests' ``keel serve`` front end.
+:class:`LoggedProcess` starts a process from this folder, copies its output to a log
+file and quotes it. (A ``keel serve`` process is a :class:`keel_serve.KeelServe`.)
 """
 
 from __future__ import annotations
