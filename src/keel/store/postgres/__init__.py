@@ -40,14 +40,14 @@ import anyio.to_thread
 import psycopg
 import psycopg_pool
 
-from keel.errors import ConfigurationError, StoreError
+from keel.errors import StoreError
 from keel.model import Limits, Task
 from keel.store.base import MAX_CLAIM_BATCH, Op, Picks, TxStore
 from keel.store.group_commit import Lane, Outcome, Ran, Regroup, Wait, run_alone
 from keel.store.postgres.config import PostgresOptions, parse_postgres_url
-from keel.store.postgres.faults import backoff, connection_lost, describe, is_transient
+from keel.store.postgres.faults import backoff, connection_lost, describe, is_transient, store_error
 from keel.store.postgres.notify import Listener, channels, payloads
-from keel.store.postgres.schema import SCHEMA_VERSION, current_version, migrate
+from keel.store.postgres.schema import SCHEMA_VERSION, migrate_store
 from keel.store.postgres.tx import GroupState, PgTx, Q, cursor
 from keel.store.protocol import Clock
 
@@ -162,19 +162,9 @@ class PostgresStore(TxStore):
         )
 
     def _setup(self) -> int:
-        try:
-            conn = psycopg.connect(self.options.conninfo, autocommit=True)
-        except psycopg.OperationalError as exc:
-            raise ConfigurationError(
-                f"cannot connect to PostgreSQL at {self.options.host}:{self.options.port} "
-                f"(database {self.options.dbname}): {' '.join(str(exc).split())}"
-            ) from exc
-        try:
-            with conn:
-                migrate(conn, self.options.schema, self._where)
-                return current_version(conn)
-        except psycopg.Error as exc:
-            raise StoreError(describe(exc, self._where)) from exc
+        """Bring the schema up to date (see :func:`schema.migrate_store`); its version."""
+        migrate_store(self.options)
+        return SCHEMA_VERSION  # migrate_store refuses a newer schema and upgrades an older
 
     # --- running calls ---------------------------------------------------------------
 
@@ -364,9 +354,7 @@ class PostgresStore(TxStore):
             self._trim_lock.release()
 
     def _store_error(self, exc: BaseException) -> StoreError:
-        error = StoreError(describe(exc, self._where))
-        error.__cause__ = exc
-        return error
+        return store_error(exc, self._where)
 
     def _check_open(self) -> None:
         if self._closed:
