@@ -289,6 +289,8 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
     if transport == "http" and not check:
         _check_port(host, port)
     endpoint = "stdio" if transport == "stdio" else f"http://{host}:{port}/mcp"
+    if transport == "http" and port == 0:  # the system picks; uvicorn's line names it
+        endpoint = f"http://{host}:<a free port, in the 'running on' line below>/mcp"
     config = ctx.meta.get("keel.config_path")
     for line in [
         f"keel serve: {served.title} at {endpoint}",

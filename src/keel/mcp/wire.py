@@ -234,13 +234,9 @@ def stored_output(task: Task) -> ToolOutput:
 
 
 def call_tool_result(output: ToolOutput) -> JsonObject:
-    """A ``CallToolResult`` (without the 2026 ``resultType``)."""
-    result: JsonObject = {"content": list(output.content), "isError": output.is_error}
-    if output.structured is not None:
-        result["structuredContent"] = output.structured
-    if output.meta is not None:
-        result["_meta"] = output.meta
-    return result
+    """A ``CallToolResult`` (without the 2026 ``resultType``): the stored form is one
+    already (see :class:`ToolOutput`), so it has one home there."""
+    return output.to_json()
 
 
 def input_request(message: str, schema: JsonObject) -> JsonObject:
