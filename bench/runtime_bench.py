@@ -19,7 +19,7 @@ default ``synchronous=full`` (every commit fsynced):
   median of those paired ratios: the VM's speed drifts over minutes, and a pair of runs
   seconds apart shares the same moment.
   SQLite has one writer at a time, so with no-op tasks a second process gains only by
-  doing its share of the work outside the write lock (``keel.store.sqlite._Plan``);
+  doing its share of the work outside the write lock (``keel.store.sqlite.planning.Planner``);
 * **tasks that work**: the same with 1 ms of CPU per task (hashing in the handler), one
   process and two (informational: here a second process adds a core);
 * **cancel latency**: from a cancel request to the handler's ``finally``, within one
