@@ -146,7 +146,7 @@ class WorkerProcess:
 
     def __init__(
         self,
-        store: Path,
+        store: Path | str,
         worker_id: str,
         *,
         concurrency: int,
@@ -242,7 +242,7 @@ def worker_env(marks: Path | None = None) -> dict[str, str]:
 class Fleet:
     """Worker processes started by one phase; all stopped when it ends."""
 
-    def __init__(self, store: Path, *, concurrency: int, marks: Path | None = None) -> None:
+    def __init__(self, store: Path | str, *, concurrency: int, marks: Path | None = None) -> None:
         self.store, self.concurrency, self.marks = store, concurrency, marks
         self.workers: list[WorkerProcess] = []
 
@@ -318,15 +318,23 @@ async def create_many(store: SqliteStore, name: str, count: int) -> list[str]:
 
 
 async def throughput(
-    tmp: Path, processes: int, tasks: int, concurrency: int, name: str = "noop"
+    tmp: Path,
+    processes: int,
+    tasks: int,
+    concurrency: int,
+    name: str = "noop",
+    plan: str = "auto",
 ) -> dict[str, Any]:
+    """``tasks`` tasks of handler ``name`` created, then run by ``processes`` worker
+    processes; ``plan`` is the workers' SQLite ``?plan=`` (see bench/plan_bench.py)."""
     db = tmp / f"throughput-{name}-{processes}x{concurrency}.db"
     store = SqliteStore(db)
     try:
         t0 = time.perf_counter()
         ids = await create_many(store, name, tasks)
         create_seconds = time.perf_counter() - t0
-        with Fleet(db, concurrency=concurrency) as fleet:
+        at = db if plan == "auto" else f"sqlite:///{db.resolve()}?plan={plan}"
+        with Fleet(at, concurrency=concurrency) as fleet:
             workers = [
                 fleet.start(f"tp{processes}x{concurrency}-{n}", barrier=True)
                 for n in range(processes)
