@@ -462,3 +462,30 @@ async def test_workers_claim_only_the_names_they_register(store: Store) -> None:
     async with running(worker(other)):
         assert (await settles(store, foreign.task_id)).status is Status.COMPLETED
     assert await store.get(facade.task_id) == facade
+
+
+async def test_each_task_is_claimed_with_its_own_lease(store: Store, clock: FakeClock) -> None:
+    """Tasks of one app with different leases are each claimed with their own: a 30 s task
+    is never leased for a 5 s neighbour's lease (a restart longer than that would see it
+    expire and dead-letter a task whose worker had only paused)."""
+    app = Keel(store)
+    gates = Gates()
+
+    @app.task("short", lease_seconds=5.0)
+    async def short(ctx: TaskContext) -> None:
+        await gates.wait("finish")
+
+    @app.task("long", lease_seconds=LEASE)
+    async def long(ctx: TaskContext) -> None:
+        await gates.wait("finish")
+
+    first = await app.submit("short")
+    second = await app.submit("long")
+    async with running(worker(app, worker_id="w")):
+        short_held = await claimed_by(store, first.task_id, "w")
+        long_held = await claimed_by(store, second.task_id, "w")
+        gates.open("finish")
+        await settles(store, first.task_id)
+        await settles(store, second.task_id)
+    assert short_held.lease_expires_at == short_held.updated_at + 5.0
+    assert long_held.lease_expires_at == long_held.updated_at + LEASE

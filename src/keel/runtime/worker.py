@@ -215,6 +215,8 @@ class Worker:
             self._claims_done.set()
 
     async def _claims(self, tg: anyio.abc.TaskGroup, names: list[str], store: Store) -> None:
+        groups = self._lease_groups(names)
+        turn = 0
         while not self._stopping:
             # A wake-up that comes while the claim below is in flight must not be lost:
             # the event it sets is the one waited on afterwards.
@@ -222,14 +224,8 @@ class Worker:
             free = self.concurrency - self._busy
             claimed: list[Task] = []
             if free > 0:
-                try:
-                    claimed = list(
-                        await store.claim(
-                            names, worker=self.worker_id, lease_seconds=self._lease, limit=free
-                        )
-                    )
-                except StoreError as exc:
-                    log.warning("claim failed, retrying: %s", exc)
+                turn = (turn + 1) % max(len(groups), 1)  # no group waits behind others
+                claimed = await self._claim(store, groups[turn:] + groups[:turn], free)
             for task in claimed:
                 if self.stopping:  # the claim committed as we stopped: give it straight back
                     await self._release(task, SHUTTING_DOWN)
@@ -246,6 +242,33 @@ class Worker:
                 break
             with anyio.move_on_after(self.claim_interval):
                 await wake.wait()
+
+    def _lease_groups(self, names: list[str]) -> list[tuple[float, list[str]]]:
+        """``names`` by the lease their definitions ask for: one group in the usual app."""
+        groups: dict[float, list[str]] = {}
+        for name in names:
+            groups.setdefault(self.app.definition(name).options.lease_seconds, []).append(name)
+        return sorted(groups.items())
+
+    async def _claim(
+        self, store: Store, groups: list[tuple[float, list[str]]], free: int
+    ) -> list[Task]:
+        """Up to ``free`` ready tasks, each claimed with the lease its own definition asks
+        for (a task of 30 s is never claimed with another task's 5 s, which a restart or
+        a pause of the loop longer than 5 s would see expire). What was claimed before a
+        store error is kept: those tasks are leased to this worker and must run."""
+        claimed: list[Task] = []
+        for lease, group in groups:
+            if len(claimed) >= free:
+                break
+            try:
+                claimed += await store.claim(
+                    group, worker=self.worker_id, lease_seconds=lease, limit=free - len(claimed)
+                )
+            except StoreError as exc:
+                log.warning("claim failed, retrying: %s", exc)
+                break
+        return claimed
 
     async def _release(self, task: Task, reason: str) -> None:
         try:
