@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import resource
@@ -444,6 +445,13 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, help="keep each run's JSON and log in this folder")
     parser.add_argument("--out", default="bench/results/ab.json")
     parser.add_argument("--show", type=Path, help="print the tables of this ab.json; run nothing")
+    parser.add_argument(
+        "--args",
+        action="append",
+        default=[],
+        metavar="NAME=ARGS",
+        help="run benchmark NAME with ARGS instead of its reduced ones (larger runs: less noise)",
+    )
     args = parser.parse_args()
     if args.show:
         show(json.loads(args.show.read_text()))
@@ -458,6 +466,11 @@ def main() -> None:
         if not side.python.exists():
             parser.error(f"{side.python} does not exist (uv sync in {side.root})")
     names = args.only or list(BENCHES)
+    for override in args.args:  # e.g. runtime_bench="--tasks 6000 --repeat 1"
+        name, _, given = override.partition("=")
+        if name not in BENCHES:
+            parser.error(f"--args: unknown benchmark {name!r}")
+        BENCHES[name] = dataclasses.replace(BENCHES[name], args=given, about=f"{name} {given}")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     document: dict[str, Any] = {
