@@ -15,7 +15,9 @@ Method (docs/bridge.md has the long version):
 4. **score-suspects**: every entity those requests reach, judged by its own calls
    against its own baseline (median own time per call, share of calls where failures
    start; no gate on the path), with the impact of its change on the symptom (time added,
-   requests failed) and its share of all the evidence.
+   requests failed) and its share of all the evidence. An abrupt change that began
+   clearly before or after this onset, while another suspect's began at it, belongs to
+   another incident (two faults minutes apart): its weight is cut (``_attribute``).
 5. **correlate-changes**: deploys and configuration changes before the onset, each
    related to the suspects it could explain (its own service, or a dependency its
    service calls), weighted by how plausibly its timing explains the onset (slow leaks
@@ -38,7 +40,7 @@ from typing import Any
 
 from keel.bridge.core import Bridge
 from keel.bridge.errors import UnknownService
-from keel.bridge.evidence import DEPENDENCY, gather
+from keel.bridge.evidence import DEPENDENCY, gather, own_onset
 from keel.bridge.records import NS_PER_MINUTE, format_time, parse_time
 from keel.bridge.report import Citations, keep_cited, render, tell, weak_leads
 
@@ -61,6 +63,7 @@ REFERENCE = 40  # minutes before that whose per-minute values set the onset thre
 BASELINE = 28  # minutes of baseline, ending GAP before the onset
 GAP = 2  # minutes left out between baseline and onset
 DURING = 10  # minutes analysed from the onset
+TIMELINE = 12  # minutes before the onset whose calls are also counted minute by minute
 CHANGES_BEFORE = 90  # minutes before the onset in which changes are considered (leaks)
 CHANGES_AFTER = 3  # minutes after the detected onset still considered (it is +-1 min)
 LEAK_SCALE = 45.0  # minutes: how fast a change's timing stops explaining an onset
@@ -73,6 +76,13 @@ NOTICED = 0.05  # weight of a sure change that does not show in the symptom's nu
 MIN_SHARE = 0.02  # share of all the evidence a suspect needs to be listed
 WEAK = 2.0  # z from which a change short of sure is listed as a weak signal
 WEAK_RATIO = 1.15  # ratio of median own time per call a weak signal needs
+# How well a step from usual to changed must fit a suspect's minute-by-minute calls
+# (``own_onset``) for its change to be abrupt (and so cut when it began at another time),
+# and, a little looser, for its minute to say when this incident's own change began.
+ABRUPT = 0.6
+STEP = 0.5
+ONSET_SLACK = 2  # minutes by which another suspect's onset must match the incident's better
+ELSEWHERE = 0.01  # weight kept by an abrupt change that began at another incident's time
 MAX_WEAK = 3  # weak signals listed when there is no clear cause
 MAX_HYPOTHESES = 6  # hypotheses a result lists
 OWN = 0.7  # weight of "the suspect failed on its own" against a change that explains it
@@ -193,7 +203,9 @@ def collect_evidence(bridge: Bridge, windows: Mapping[str, Any], services: Seque
     and how the symptom's requests reach each."""
     baseline, during = (tuple(windows[name]) for name in ("baseline", "during"))
     rows, share = bridge.index.spans_between(services, baseline[0], during[1])
-    evidence = gather(rows, windows["service"], [baseline, during], services)
+    timeline = (windows["onset_ns"] - TIMELINE * NS_PER_MINUTE, during[1])
+    evidence = gather(rows, windows["service"], [baseline, during], services, timeline)
+    evidence["timeline"]["onset"] = TIMELINE
     return {"sampled": round(share, 4), **evidence}
 
 
@@ -282,10 +294,15 @@ def score_suspects(evidence: Mapping[str, Any]) -> Json:
                 "reach": round(entity["reach"], 4),
                 "signals": _signals(name, entity, change),
             }
+    # Listed if its share is enough, before or after the cut of changes that belong to
+    # another incident (a change cut stays listed: it is still a change).
+    listed = _enough(impacts)
+    _attribute(impacts, evidence)
+    listed |= _enough(impacts)
     total = sum(s["weight"] for s in impacts.values())
     for suspect in impacts.values():
         suspect["share"] = round(suspect["weight"] / total, 4) if total else 0.0
-    suspects = {k: v for k, v in sorted(impacts.items()) if v["share"] >= MIN_SHARE}
+    suspects = {k: v for k, v in sorted(impacts.items()) if k in listed}
     return {
         "symptom": {
             "changed": bool(suspects),
@@ -303,6 +320,49 @@ def score_suspects(evidence: Mapping[str, Any]) -> Json:
         "suspects": suspects,
         "weak": dict(sorted(weak.items(), key=lambda kv: (-kv[1]["z"], kv[0]))[:MAX_WEAK]),
     }
+
+
+def _enough(impacts: Mapping[str, Any]) -> set[str]:
+    """The suspects whose share of all the evidence reaches MIN_SHARE."""
+    total = sum(s["weight"] for s in impacts.values())
+    return {k for k, v in impacts.items() if total and round(v["weight"] / total, 4) >= MIN_SHARE}
+
+
+def _attribute(impacts: Json, evidence: Mapping[str, Any]) -> None:
+    """Down-weight the changes that belong to another incident.
+
+    Two faults close in time (a major one, and minutes later a minor one elsewhere) make
+    two incidents; the minor one's requests may also reach the major fault, which then
+    carries more evidence there than the fault that started this incident. Each suspect
+    whose own calls changed abruptly (``own_onset``) gets the minute of that change; when
+    another abrupt suspect's minute matches this incident's onset better, by
+    ONSET_SLACK minutes or more, the suspect's change began clearly before this onset
+    (while the symptom stayed in its range: else the onset would be then) or clearly
+    after it, and explains this onset less: its weight is cut to ELSEWHERE of itself. A
+    gradual drift (a slow leak) fits no step and is never cut.
+    """
+    timeline = evidence.get("timeline")
+    if not timeline:
+        return
+    onset = timeline["onset"]
+    abrupt: dict[str, int] = {}
+    stepped: list[int] = []
+    for name, suspect in impacts.items():
+        minutes = timeline["entities"].get(name)
+        if minutes:
+            at, fit = own_onset(minutes, suspect)
+            suspect["own_onset"] = [at - onset, round(fit, 3)]
+            if fit >= STEP:
+                stepped.append(abs(at - onset))
+            if fit >= ABRUPT:
+                abrupt[name] = abs(at - onset)
+    if not abrupt:
+        return
+    closest = min(stepped)
+    for name, distance in abrupt.items():
+        if distance >= closest + ONSET_SLACK:
+            impacts[name]["weight"] = round(impacts[name]["weight"] * ELSEWHERE, 4)
+            impacts[name]["elsewhere"] = True
 
 
 def _weak(change: Mapping[str, Any]) -> bool:

@@ -35,7 +35,7 @@ from typing import Any
 
 from keel.bridge.otlp import OUTGOING
 
-__all__ = ["DEPENDENCY", "SERVICE", "ScopedSpan", "entity_of", "gather"]
+__all__ = ["DEPENDENCY", "SERVICE", "ScopedSpan", "entity_of", "gather", "own_onset"]
 
 DEPENDENCY = "dependency"
 SERVICE = "service"
@@ -43,6 +43,7 @@ PRODUCER = 4  # OTLP span kind
 EXEMPLARS = 3  # calls kept per entity as citations
 SLOW_QUANTILE = 0.99  # a call slower than this share of the callee's baseline calls is slow
 MIN_CALLS = 20  # baseline calls an entity needs for a slow limit
+MINUTE_NS = 60_000_000_000
 FLOOR_NS = 100_000  # 0.1 ms: a call's time is never taken as less (logs stay finite)
 
 ScopedSpan = tuple[str, str, str | None, str, int, str | None, int, int, int]
@@ -206,9 +207,12 @@ def gather(
     symptom: str,
     windows: Sequence[tuple[int, int]],
     services: Iterable[str],
+    timeline: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     """The evidence of the baseline and during windows (``[start, end)`` in ns): each
-    entity's calls in both, and how the symptom's requests reach it (JSON)."""
+    entity's calls in both, and how the symptom's requests reach it (JSON); with
+    ``timeline`` (``[start, end)`` in ns, whole minutes), each entity's calls minute by
+    minute over it too (``_Minutes``)."""
     known = frozenset(services)
     grouped: dict[str, dict[str, ScopedSpan]] = defaultdict(dict)
     for row in rows:
@@ -216,6 +220,7 @@ def gather(
     traces = [_Trace(spans, known) for spans in grouped.values()]
     limits = _limits(traces, windows[0])
     seen = [_Window() for _ in windows]
+    minutes = _Minutes(*timeline) if timeline else None
     scope = _Scope()
     kinds: dict[str, str] = {}
     callers: dict[str, set[str]] = defaultdict(set)
@@ -229,8 +234,93 @@ def gather(
             w = _window_of(call.entry[6], windows)
             if w is not None:
                 _count(seen[w], call, trace.duration(call))
+            if minutes is not None:
+                minutes.count(call)
         _scope(trace, symptom, windows, scope)
-    return _to_json(seen, scope, kinds, callers)
+    out = _to_json(seen, scope, kinds, callers)
+    if minutes is not None:
+        out["timeline"] = minutes.to_json()
+    return out
+
+
+class _Minutes:
+    """Each entity's calls minute by minute over ``[start, end)``: when its own calls left
+    their usual range is told from these (``keel.bridge.diagnosis``)."""
+
+    def __init__(self, start: int, end: int) -> None:
+        self.start, self.end = start, end
+        self.own: dict[str, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
+        self.failures: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+
+    def count(self, call: _Call) -> None:
+        start = call.entry[6]
+        if self.start <= start < self.end:
+            minute = (start - self.start) // MINUTE_NS
+            self.own[call.entity][minute].append(max(call.own_ns, FLOOR_NS))
+            self.failures[call.entity][minute] += call.started_failure
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"start": ns, "minutes": n, "entities": {name: [[calls, median ms,
+        failures] per minute]}}``."""
+        count = (self.end - self.start) // MINUTE_NS
+        entities = {}
+        for name in sorted(self.own):
+            own, failures = self.own[name], self.failures[name]
+            entities[name] = [
+                [
+                    len(own.get(m, ())),
+                    round(statistics.median(own[m]) / 1e6, 3) if own.get(m) else 0.0,
+                    failures.get(m, 0),
+                ]
+                for m in range(count)
+            ]
+        return {"start": self.start, "minutes": count, "entities": entities}
+
+
+def own_onset(minutes: Sequence[Sequence[float]], change: Mapping[str, Any]) -> tuple[int, float]:
+    """When a changed entity's own calls stepped from their usual level to their changed
+    one: (the minute, how well a step fits, 0..1).
+
+    ``minutes`` holds ``[calls, median ms, failures]`` per minute (a ``timeline`` entry of
+    ``gather``); ``change`` is how the entity changed (``keel.bridge.diagnosis``:
+    ``slower``, ``failing``, ``time_z``, ``failure_z``, and ``median_ms`` and
+    ``failure_rate`` before and during). Each minute's level is placed on a scale from
+    the baseline's (0) to the during window's (1): the log of its median own time when
+    the entity got slower, else its share of calls where failures started (clipped to
+    -0.5..1.5: one odd minute of few calls must not decide). The step from 0 to 1 that
+    fits those levels best (calls weigh in; at most 5 for a median) gives the minute;
+    the fit is the share of the levels' variation that the step explains. An abrupt fault
+    fits a step well (0.8-1 on clear faults); a gradual drift (a leak that doubles every
+    few minutes) fits no step (below 0.5), so its minute means little.
+    """
+    points: list[tuple[int, float, float]] = []
+    slower = change["slower"] and (not change["failing"] or change["time_z"] >= change["failure_z"])
+    for i, (calls, median_ms, failures) in enumerate(minutes):
+        if not calls:
+            continue
+        if slower:
+            m0, m1 = change["median_ms"]
+            level = math.log(max(median_ms, 1e-3) / m0) / math.log(m1 / m0)
+            weight = min(calls, 5)
+        else:
+            p0, p1 = change["failure_rate"]
+            level, weight = (failures / calls - p0) / (p1 - p0), calls
+        points.append((i, min(1.5, max(-0.5, level)), weight))
+    if len(points) < 4:
+        return 0, 0.0
+    total = sum(w for _, _, w in points)
+    mean = sum(u * w for _, u, w in points) / total
+    spread = sum(w * (u - mean) ** 2 for _, u, w in points)
+    # cost of a step at points[k]: levels before it should be 0, from it on 1
+    after = sum(w * (u - 1) ** 2 for _, u, w in points)
+    before, best, at = 0.0, math.inf, points[0][0]
+    for k in range(1, len(points)):
+        _, u, w = points[k - 1]
+        before += w * u**2
+        after -= w * (u - 1) ** 2
+        if before + after < best:
+            best, at = before + after, points[k][0]
+    return at, 1 - best / spread if spread > 0 else 0.0
 
 
 def _count(window: _Window, call: _Call, duration: int) -> None:

@@ -8,7 +8,7 @@ structured content is the result as this type, so an undeclared key would be lef
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, NotRequired
 
 # pydantic reads TypedDicts from typing_extensions only, below Python 3.12.
 from typing_extensions import TypedDict
@@ -103,6 +103,9 @@ class Suspect(TypedDict):
     failure_rate: list[float]
     reach: float  # share of the symptom's requests that reach it
     signals: list[str]
+    # [minute its own change began, relative to the onset; how well a step fits (0..1)]
+    own_onset: NotRequired[list[float]]
+    elsewhere: NotRequired[bool]  # an abrupt change that began at another incident's time
 
 
 class WeakSignal(TypedDict):
