@@ -14,10 +14,15 @@ conformance``), built with Keel's public API only.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import anyio
 
-from keel.mcp.serving import Served, ServeSettings
 from keel.runtime import Keel, TaskContext, TaskFailed, ToolError
+
+if TYPE_CHECKING:  # keel serve imports this module to read its options (--help too): the
+    # MCP SDK, a second or more to import, is imported when it serves
+    from keel.mcp.serving import Served, ServeSettings
 
 __all__ = ["app", "build_server"]
 
@@ -99,6 +104,8 @@ def build_server(settings: ServeSettings) -> Served:
     Raises:
         KeelError: the store or the request-state key cannot be used.
     """
+    from keel.mcp.serving import Served
+
     app.use_store(settings.store)
     server = settings.server_for(app, "keel-conformance")
 

@@ -11,12 +11,15 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from keel.bridge.settings import DATA_ENV, PACE_ENV, BridgeSettings
-from keel.mcp.serving import Served, ServeSettings
+
+if TYPE_CHECKING:  # keel serve reads the options above at parse time (and for --help):
+    # the MCP SDK, which takes a second or more to import, is imported when serving
+    from keel.mcp.serving import Served, ServeSettings
 
 __all__ = ["build_server", "config_problem", "serve_options"]
 
@@ -86,6 +89,7 @@ def build_server(
     from keel.bridge.core import prepare
     from keel.bridge.task import build_app
     from keel.bridge.tools import add_tools
+    from keel.mcp.serving import Served
 
     options: dict[str, Any] = {}
     if not os.environ.get(DATA_ENV):
