@@ -47,6 +47,11 @@ __all__ = ["BUILT_IN", "OWN_KEYS", "serve"]
 
 BUILT_IN = {"bridge": "keel.bridge", "conformance": "keel.conformance"}
 """The apps served by name: each a module with ``build_server`` (see keel.mcp.serving)."""
+OPTIONS_OF = {"bridge": "keel.bridge.serving"}
+"""Where a built-in app's own options (``serve_options``, ``config_problem``) live, if it
+has any: a light module, read when keel serve parses its arguments (and for --help).
+The app itself is imported only when it is served: importing the conformance app to
+serve the Bridge cost a third of a second (its schemas load jsonschema)."""
 DEFAULT_APP = "bridge"
 DEFAULT_CONFIG = "keel.toml"
 OWN_KEYS = frozenset(
@@ -60,27 +65,34 @@ OWN_KEYS = frozenset(
 
 @dataclass(frozen=True, slots=True)
 class BuiltInApp:
-    """A built-in app as ``keel serve`` sees it: its module and its own options."""
+    """A built-in app as ``keel serve`` sees it: its module's name and its own options."""
 
     name: str
-    module: ModuleType
+    module_name: str
     options: tuple[click.Option, ...]
+    checks: ModuleType | None  # the module of its options, for config_problem
+
+    @property
+    def module(self) -> ModuleType:
+        """The app's module (imported now, when it is served)."""
+        return importlib.import_module(self.module_name)
 
     def config_problem(self, key: str, value: object) -> str | None:
         """What is wrong with a TOML value for one of its options (None: nothing)."""
         check: Callable[[str, object], str | None] | None
-        check = getattr(self.module, "config_problem", None)
+        check = getattr(self.checks, "config_problem", None)
         return None if check is None else check(key, value)
 
 
 @cache
 def built_in_apps() -> dict[str, BuiltInApp]:
-    """The built-in apps, imported on first use (``keel serve`` parsing or help), so that
-    no other command pays for importing them."""
+    """The built-in apps and their options, read on first use (``keel serve`` parsing or
+    help), so that no other command pays for importing them."""
     apps = {}
     for name, module_name in BUILT_IN.items():
-        module = importlib.import_module(module_name)
-        apps[name] = BuiltInApp(name, module, tuple(getattr(module, "serve_options", ())))
+        checks = importlib.import_module(OPTIONS_OF[name]) if name in OPTIONS_OF else None
+        options = tuple(getattr(checks, "serve_options", ()))
+        apps[name] = BuiltInApp(name, module_name, options, checks)
     return apps
 
 

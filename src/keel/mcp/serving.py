@@ -21,6 +21,10 @@ An app that ``keel serve --app NAME`` serves by name (``keel.bridge``,
     Optional. What is wrong with the type of a TOML value for one of its options (None:
     nothing), for a clear refusal before click converts it.
 
+A built-in app whose options are read from a lighter module than the app itself (so
+that parsing ``keel serve``'s arguments does not import every app) names that module in
+``keel.cli.serve.OPTIONS_OF``: the Bridge's live in ``keel.bridge.serving``.
+
 A plain Keel app (``--app MODULE:ATTR``) needs none of these: :func:`serve_keel_app`.
 """
 
