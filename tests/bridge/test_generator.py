@@ -15,6 +15,7 @@ from keel.cli.app import cli
 from .conftest import tree_bytes
 
 
+@pytest.mark.slow  # two whole datasets generated: about a second
 def test_same_seed_same_bytes_other_seed_other_data(tmp_path: Path) -> None:
     """Two runs with one seed write identical files; another seed writes other data."""
     for name, seed in (("a", 11), ("b", 11), ("c", 12)):

@@ -13,7 +13,12 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 import keel
+
+# Each test starts a real Python process with psycopg hidden: out of the fast loop.
+pytestmark = pytest.mark.slow
 
 EXTRA = "pip install 'keel-tasks[postgres]'"
 
