@@ -1,10 +1,12 @@
 """``keel serve``: an app (Incident Bridge by default) as an MCP server, workers included.
 
-Which app: ``--app NAME`` for a built-in app (``bridge``, ``conformance``), or
-``--app MODULE:ATTR`` for any Keel app. A built-in app is a module that builds its own
-server and may bring its own options (the Bridge's ``--pace``, ``--traces`` …): the seam
-is described in :mod:`keel.mcp.serving`. This command knows no app's options itself; it
-shows those of every built-in app, and refuses one given for another app.
+Which app: ``--app NAME`` for a built-in app (``bridge``, ``conformance``), ``--app
+MODULE`` for an app module of your own, or ``--app MODULE:ATTR`` for any Keel app. An app
+module (each built-in app is one) builds its own server and may bring its own options
+(the Bridge's ``--pace``, ``--traces`` …): the seam is described in
+:mod:`keel.mcp.serving`. This command knows no app's options itself; it shows those of
+every built-in app and of the app module that ``--app`` (or ``$KEEL_APP``) names, and
+refuses one given for another app.
 
 Settings come, strongest first, from the command line, the environment (``KEEL_HOST``,
 ``KEEL_PORT``, ``KEEL_DATA_DIR`` …, listed in ``keel serve --help``), a TOML file
@@ -43,7 +45,7 @@ from keel.store import ENV_VAR, Location, parse_location
 if TYPE_CHECKING:
     from keel.mcp.serving import Served, ServeSettings
 
-__all__ = ["BUILT_IN", "OWN_KEYS", "serve"]
+__all__ = ["BUILT_IN", "OWN_KEYS", "AppModule", "serve", "served_apps"]
 
 BUILT_IN = {"bridge": "keel.bridge", "conformance": "keel.conformance"}
 """The apps served by name: each a module with ``build_server`` (see keel.mcp.serving)."""
@@ -64,8 +66,9 @@ OWN_KEYS = frozenset(
 
 
 @dataclass(frozen=True, slots=True)
-class BuiltInApp:
-    """A built-in app as ``keel serve`` sees it: its module's name and its own options."""
+class AppModule:
+    """An app module as ``keel serve`` sees it (a built-in app, or ``--app MODULE``): its
+    module's name and its own options."""
 
     name: str
     module_name: str
@@ -85,24 +88,77 @@ class BuiltInApp:
 
 
 @cache
-def built_in_apps() -> dict[str, BuiltInApp]:
+def built_in_apps() -> dict[str, AppModule]:
     """The built-in apps and their options, read on first use (``keel serve`` parsing or
     help), so that no other command pays for importing them."""
     apps = {}
     for name, module_name in BUILT_IN.items():
         checks = importlib.import_module(OPTIONS_OF[name]) if name in OPTIONS_OF else None
         options = tuple(getattr(checks, "serve_options", ()))
-        apps[name] = BuiltInApp(name, module_name, options, checks)
+        apps[name] = AppModule(name, module_name, options, checks)
     return apps
 
 
+@cache
+def app_module(module_name: str) -> AppModule:
+    """``--app MODULE``: a module of the user's with ``build_server`` (and perhaps
+    ``serve_options``), imported when keel serve parses its arguments, to know them."""
+    from keel.errors import ConfigurationError
+    from keel.runtime.app import import_user_module
+
+    try:
+        module = import_user_module(module_name, "--app")
+    except ConfigurationError as exc:
+        raise click.BadParameter(str(exc), param_hint="--app") from exc
+    if not callable(getattr(module, "build_server", None)):
+        raise click.BadParameter(
+            f"module {module_name!r} has no build_server (the seam of keel.mcp.serving); "
+            f"for a Keel app in it, name it: --app {module_name}:ATTR",
+            param_hint="--app",
+        )
+    options = tuple(getattr(module, "serve_options", ()))
+    return AppModule(module_name, module_name, options, module)
+
+
+def served_apps(named: str | None) -> dict[str, AppModule]:
+    """The app modules whose options keel serve knows: every built-in app, and the app
+    module that ``--app`` names if it names one (not a built-in, not ``MODULE:ATTR``)."""
+    apps = built_in_apps()
+    if named is None or named in apps or ":" in named or not named:
+        return apps
+    return {**apps, named: app_module(named)}
+
+
+def _app_named(args: list[str]) -> str | None:
+    """The app that the command line, else ``$KEEL_APP``, names: read before parsing, since
+    an app module's options must be known to parse them (one named only in the config
+    file brings none)."""
+    for at, arg in enumerate(args):
+        if arg == "--":
+            break
+        if arg == "--app" and at + 1 < len(args):
+            return args[at + 1]
+        if arg.startswith("--app="):
+            return arg.removeprefix("--app=")
+    return os.environ.get("KEEL_APP")
+
+
+def _apps(ctx: click.Context) -> dict[str, AppModule]:
+    return served_apps(ctx.meta.get("keel.app_named"))
+
+
 class ServeCommand(click.Command):
-    """``keel serve``: its own options, then those of every built-in app."""
+    """``keel serve``: its own options, then those of every built-in app (and of the app
+    module that ``--app`` names)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta["keel.app_named"] = _app_named(args)
+        return super().parse_args(ctx, args)
 
     def get_params(self, ctx: click.Context) -> list[click.Parameter]:
         params = super().get_params(ctx)
         at = len(self.params)  # after its own options, before --help
-        extra = [option for app in built_in_apps().values() for option in app.options]
+        extra = [option for app in _apps(ctx).values() for option in app.options]
         return [*params[:at], *extra, *params[at:]]
 
 
@@ -126,13 +182,15 @@ def _read_config(ctx: click.Context, _param: click.Parameter, value: str | None)
             + (f", found {', '.join(unknown_tables)}" if unknown_tables else ""),
             param_hint="--config",
         )
-    problem = _table_problem(table, built_in_apps())
+    problem = _table_problem(table, _apps(ctx))
     if problem:
         raise click.BadParameter(f"{path}: {problem}", param_hint="--config")
     defaults = dict(table)
     ctx.meta["keel.config_store"] = defaults.pop("store", None)
+    if "app" in defaults:  # the key is the option's name; click's default map wants the
+        defaults["app_spec"] = defaults.pop("app")  # parameter's (it was ignored before)
     ctx.meta["keel.config_path"] = str(path)
-    for app in built_in_apps().values():
+    for app in _apps(ctx).values():
         for option in app.options:  # one path for a repeatable option is a list of one
             if option.multiple and isinstance(defaults.get(str(option.name)), str):
                 defaults[str(option.name)] = [defaults[str(option.name)]]
@@ -140,7 +198,7 @@ def _read_config(ctx: click.Context, _param: click.Parameter, value: str | None)
     return str(path)
 
 
-def _table_problem(table: dict[str, Any], apps: dict[str, BuiltInApp]) -> str | None:
+def _table_problem(table: dict[str, Any], apps: dict[str, AppModule]) -> str | None:
     """What is wrong with the keys or value types of a ``[serve]`` table (None: nothing)."""
     owners = {str(option.name): app for app in apps.values() for option in app.options}
     known = OWN_KEYS | set(owners)
@@ -204,8 +262,8 @@ _OWN_OPTIONS = [
         default=DEFAULT_APP,
         show_default=True,
         envvar="KEEL_APP",
-        metavar="NAME|MODULE:ATTR",
-        help=f"{', '.join(BUILT_IN)}, or a module path and the Keel app in it.",
+        metavar="NAME|MODULE[:ATTR]",
+        help=f"{', '.join(BUILT_IN)}; an app module (build_server); or MODULE:ATTR, a Keel app.",
     ),
     click.option(
         "--transport",
@@ -333,7 +391,7 @@ def _build(
     from keel.mcp.serving import serve_keel_app
     from keel.runtime import load_app
 
-    apps = built_in_apps()
+    apps = _apps(ctx)
     for other in apps.values():
         given = [
             option.opts[0]
@@ -345,16 +403,23 @@ def _build(
             raise click.UsageError(
                 f"{', '.join(given)}: {other.name.capitalize()} settings, not for --app {app_spec}"
             )
-    chosen = apps.get(app_spec)
-    if chosen is not None:
-        own = {str(option.name): app_options[str(option.name)] for option in chosen.options}
-        served: Served = chosen.module.build_server(settings, **own)
-        return served
-    if ":" not in app_spec:
+    if ":" in app_spec:
+        return serve_keel_app(load_app(app_spec), app_spec, settings)
+    if not app_spec:
         raise click.BadParameter(
-            f"must be {', '.join(apps)} or MODULE:ATTR, not {app_spec!r}", param_hint="--app"
+            f"must be {', '.join(BUILT_IN)}, MODULE or MODULE:ATTR, not {app_spec!r}",
+            param_hint="--app",
         )
-    return serve_keel_app(load_app(app_spec), app_spec, settings)
+    # An app module named only in the config file is imported here: its options were not
+    # known when parsing, so it is built with its defaults.
+    chosen = apps.get(app_spec) or app_module(app_spec)
+    own = {
+        str(option.name): app_options[str(option.name)]
+        for option in chosen.options
+        if str(option.name) in app_options
+    }
+    served: Served = chosen.module.build_server(settings, **own)
+    return served
 
 
 def _check_port(host: str, port: int) -> None:

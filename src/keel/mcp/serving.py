@@ -4,8 +4,9 @@
 ``keel serve --app MODULE:ATTR`` all go through it, so that every one of them says who it
 is the same way.
 
-An app that ``keel serve --app NAME`` serves by name (``keel.bridge``,
-``keel.conformance``) is a module with:
+An app module, served by ``keel serve --app NAME`` (the built-in ``bridge`` and
+``conformance``: ``keel.bridge``, ``keel.conformance``) or ``keel serve --app MODULE``
+(one of your own), is a module with:
 
 ``build_server(settings: ServeSettings, **options) -> Served``
     Required. Builds the app on ``settings.store`` and its server (with
@@ -15,7 +16,9 @@ An app that ``keel serve --app NAME`` serves by name (``keel.bridge``,
 ``serve_options: Sequence[click.Option]``
     Optional. The app's own ``keel serve`` options (each with its environment variable);
     ``keel serve`` shows them in its help, reads them from the ``[serve]`` table of its
-    TOML file too, and refuses them on the command line of another app.
+    TOML file too, and refuses them on the command line of another app. A module of your
+    own is imported while keel serve parses its arguments, when ``--app`` or
+    ``$KEEL_APP`` names it, so that its options are known.
 
 ``config_problem(key: str, value: object) -> str | None``
     Optional. What is wrong with the type of a TOML value for one of its options (None:

@@ -9,6 +9,7 @@ import os
 import sys
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, Literal, TypeVar
 
 from keel.errors import ConfigurationError, InvalidPayload
@@ -19,7 +20,7 @@ from keel.runtime.outcomes import ResultShape
 from keel.store import Clock, Store, open_store
 from keel.store.locations import parse_location, resolve_location
 
-__all__ = ["Handler", "Keel", "TaskDefinition", "TaskOptions", "load_app"]
+__all__ = ["Handler", "Keel", "TaskDefinition", "TaskOptions", "import_user_module", "load_app"]
 
 Handler = Callable[..., Awaitable[Any]]
 """``async def handler(ctx: TaskContext, **arguments) -> result``."""
@@ -286,6 +287,21 @@ class Keel:
             await self._store.close()
 
 
+def import_user_module(module_name: str, what: str) -> ModuleType:
+    """Import a module named on the command line, the current directory first on the
+    path (``--app myproject.tasks:app`` from the project folder).
+
+    Raises:
+        ConfigurationError: it cannot be imported (``what`` says what it was for).
+    """
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        return importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigurationError(f"cannot import {module_name!r} for {what}: {exc}") from exc
+
+
 def load_app(spec: str) -> Keel:
     """Load an app from ``module:attribute`` (the attribute is a :class:`Keel`).
 
@@ -295,12 +311,7 @@ def load_app(spec: str) -> Keel:
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise ConfigurationError(f"--app must be MODULE:ATTRIBUTE, not {spec!r}")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())  # `--app myproject.tasks:app` from the project folder
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigurationError(f"cannot import {module_name!r} for app {spec!r}: {exc}") from exc
+    module = import_user_module(module_name, f"app {spec!r}")
     app = getattr(module, attribute, None)
     if not isinstance(app, Keel):
         raise ConfigurationError(f"{spec!r} is not a keel.runtime.Keel (got {type(app).__name__})")
