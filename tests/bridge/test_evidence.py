@@ -192,49 +192,106 @@ def test_entity_names() -> None:
     assert entity_of(host, False, services) == ("billing", SERVICE)
 
 
+def _calls(n: int, mean_log: float, median: float) -> dict[str, Any]:
+    return {
+        "calls": n,
+        "median_ms": median,
+        "mean_log": mean_log,
+        "sd_log": 1.0,
+        "failures": 0,
+        "failure_rate": 0.0,
+    }
+
+
+def _quiet_evidence(orders_mean_log: float, orders_median: float) -> dict[str, Any]:
+    """edge's requests reach orders (moved by ``orders_mean_log``) and billing (unmoved)."""
+
+    def entity(mean_log: float, median: float) -> dict[str, Any]:
+        return {
+            "kind": "service",
+            "baseline": _calls(100, 0.0, 10.0),
+            "during": _calls(40, mean_log, median),
+            "calls_per_request": 1.0,
+            "reach": 1.0,
+            "propagation": 1.0,
+            "exemplars": [],
+        }
+
+    window = {"requests": 100, "failed": 0, "error_rate": 0.0, "median_ms": 20.0}
+    return {
+        "sampled": 1.0,
+        "symptom": {"baseline": window, "during": {**window, "requests": 40}},
+        "entities": {
+            "orders": entity(orders_mean_log, orders_median),
+            "billing": entity(0.0, 10.0),
+        },
+        "callers": {"orders": ["edge"], "billing": ["edge"]},
+    }
+
+
+QUIET_WINDOWS = {
+    "service": "edge",
+    "onset": "T",
+    "how": "test",
+    "baseline": list(BASELINE),
+    "during": list(DURING),
+}
+
+
+def _change(deploy_id: str, service: str, minutes: float) -> dict[str, Any]:
+    deploy = {
+        "id": deploy_id,
+        "service": service,
+        "kind": "deploy",
+        "deployed_at": "2026-03-14T09:00:00Z",
+    }
+    return {"deploy": deploy, "minutes_before_onset": minutes, "timing": 0.5, "explains": {}}
+
+
 def test_a_change_short_of_sure_is_a_lead_not_a_cause() -> None:
     """An entity a little slower (z about 2.4, x1.2): no clear cause (root_cause null,
     confidence 0), but the entity is listed as a weak signal to look at."""
-
-    def calls(n: int, mean_log: float, median: float) -> dict[str, Any]:
-        return {
-            "calls": n,
-            "median_ms": median,
-            "mean_log": mean_log,
-            "sd_log": 1.0,
-            "failures": 0,
-            "failure_rate": 0.0,
-        }
-
-    entity = {
-        "kind": "service",
-        "baseline": calls(100, 0.0, 10.0),
-        "during": calls(40, 0.45, 12.0),
-        "calls_per_request": 1.0,
-        "reach": 1.0,
-        "propagation": 1.0,
-        "exemplars": [],
-    }
-    window = {"requests": 100, "failed": 0, "error_rate": 0.0, "median_ms": 20.0}
-    evidence = {
-        "sampled": 1.0,
-        "symptom": {"baseline": window, "during": {**window, "requests": 40}},
-        "entities": {"orders": entity},
-        "callers": {"orders": ["edge"]},
-    }
+    evidence = _quiet_evidence(0.45, 12.0)
     scores = score_suspects(evidence)
     assert scores["suspects"] == {}
     assert list(scores["weak"]) == ["orders"]
-    windows = {
-        "service": "edge",
-        "onset": "T",
-        "how": "test",
-        "baseline": list(BASELINE),
-        "during": list(DURING),
-    }
     result = rank_hypotheses(
-        {"id": "INC-1", "title": "t", "opened_at": "T"}, windows, evidence, scores, {"changes": []}
+        {"id": "INC-1", "title": "t", "opened_at": "T"},
+        QUIET_WINDOWS,
+        evidence,
+        scores,
+        {"changes": []},
     )
     assert (result["root_cause"], result["confidence"]) == (None, 0.0)
     assert [(h["kind"], h["service"]) for h in result["hypotheses"]] == [("weak_signal", "orders")]
     assert "Weak signals" in result["conclusion"]
+
+
+def test_with_no_clear_cause_recent_changes_on_the_path_are_leads_too() -> None:
+    """A slow leak may not stand out between the windows: with no clear cause, the deploys
+    of services the symptom's requests reach are listed after the weak signals (score 0,
+    each citing its deploy), those whose service moved most first; a deploy of a service
+    off the path is not listed, nor a second lead for a service already listed."""
+    evidence = _quiet_evidence(0.2, 10.5)  # orders moved a little (z about 1), not weak
+    scores = score_suspects(evidence)
+    assert (scores["suspects"], scores["weak"]) == ({}, {})
+    changes = {
+        "changes": [
+            _change("d-1", "billing", 2.0),  # latest, but billing did not move
+            _change("d-2", "orders", 40.0),  # a leak's deploy: long before, orders moved
+            _change("d-3", "warehouse", 1.0),  # not on edge's request path
+            _change("d-4", "orders", 60.0),  # a second change of orders: one lead each
+        ]
+    }
+    result = rank_hypotheses(
+        {"id": "INC-1", "title": "t", "opened_at": "T"}, QUIET_WINDOWS, evidence, scores, changes
+    )
+    assert (result["root_cause"], result["confidence"]) == (None, 0.0)
+    leads = [(h["rank"], h["kind"], h["deploy_id"], h["score"]) for h in result["hypotheses"]]
+    assert leads == [(1, "recent_change", "d-2", 0.0), (2, "recent_change", "d-1", 0.0)]
+    assert "Recent changes on the request path: d-2 of orders, d-1 of billing." in (
+        result["conclusion"]
+    )
+    cited = {c["ref"]: c for c in result["citations"]}
+    assert cited["d-2"]["tool"] == "list_deploys"
+    assert cited["d-2"]["arguments"] == {"deploy_id": "d-2"}

@@ -26,7 +26,8 @@ Method (docs/bridge.md has the long version):
    change failed on its own; a change with no anomaly on or below its service raises
    nothing. The confidence grows with the top suspect's share of the evidence, how sure
    its change is and whether it shows in the symptom; when nothing the symptom's
-   requests reach changed, the answer is "no clear cause", with what was checked.
+   requests reach changed, the answer is "no clear cause", with what was checked and
+   the leads left (changes short of sure, recent deploys on the request path).
    Every claim cites ids (incident, spans, deploys) that the plain tools resolve.
 """
 
@@ -42,7 +43,16 @@ from keel.bridge.core import Bridge
 from keel.bridge.errors import UnknownService
 from keel.bridge.evidence import DEPENDENCY, gather, own_onset
 from keel.bridge.records import NS_PER_MINUTE, format_time, parse_time
-from keel.bridge.report import Citations, keep_cited, render, tell, weak_leads
+from keel.bridge.report import (
+    Citations,
+    change_leads,
+    keep_cited,
+    lead_text,
+    numbered_leads,
+    render,
+    tell,
+    weak_leads,
+)
 
 __all__ = [
     "PHASES",
@@ -84,6 +94,7 @@ STEP = 0.5
 ONSET_SLACK = 2  # minutes by which another suspect's onset must match the incident's better
 ELSEWHERE = 0.01  # weight kept by an abrupt change that began at another incident's time
 MAX_WEAK = 3  # weak signals listed when there is no clear cause
+MAX_LEADS = 5  # leads in all (weak signals, then recent changes on the path)
 MAX_HYPOTHESES = 6  # hypotheses a result lists
 OWN = 0.7  # weight of "the suspect failed on its own" against a change that explains it
 RELATIONS = {"own": 1.0, "caller": 0.45, "upstream": 0.15}
@@ -553,10 +564,10 @@ def rank_hypotheses(
     else:
         confidence = 0.0
         conclusion = f"No clear cause for {incident['id']}: {_why_none(scores, windows)}"
-        hypotheses = weak_leads(scores, cites, windows, evidence)
-        if hypotheses:
-            names = ", ".join(h["service"] for h in hypotheses)
-            conclusion += f" Weak signals, short of sure, worth a look: {names}."
+        found = weak_leads(scores, cites, windows, evidence)
+        found += change_leads(changes["changes"], _moved(evidence), cites, windows, evidence)
+        hypotheses = numbered_leads(found, MAX_LEADS)
+        conclusion += lead_text(hypotheses)
     incident_claim = {
         "text": f"{incident['id']} ({incident['title']}) opened at {incident['opened_at']}; "
         f"onset of the trouble on {symptom} at {windows['onset']} ({windows['how']})",
@@ -584,6 +595,15 @@ def rank_hypotheses(
         "weak": scores.get("weak", {}),
         "sampled": evidence["sampled"],
         "citations": citations,
+    }
+
+
+def _moved(evidence: Mapping[str, Any]) -> dict[str, float]:
+    """How far the own calls of each entity the symptom's requests reach moved (z, >= 0)."""
+    return {
+        name: max(change["time_z"], change["failure_z"], 0.0)
+        for name, entity in evidence["entities"].items()
+        if entity["reach"] > 0 and "ratio" in (change := _own_change(entity))
     }
 
 

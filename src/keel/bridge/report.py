@@ -9,7 +9,18 @@ from typing import Any
 from keel.bridge.evidence import DEPENDENCY
 from keel.bridge.records import format_time
 
-__all__ = ["Citations", "call_path", "keep_cited", "render", "tell", "weak_leads", "when"]
+__all__ = [
+    "Citations",
+    "call_path",
+    "change_leads",
+    "keep_cited",
+    "lead_text",
+    "numbered_leads",
+    "render",
+    "tell",
+    "weak_leads",
+    "when",
+]
 
 Json = dict[str, Any]
 
@@ -155,6 +166,75 @@ def weak_leads(
             }
         )
     return out
+
+
+def change_leads(
+    changes: Sequence[Mapping[str, Any]],
+    moved: Mapping[str, float],
+    cites: Citations,
+    windows: Mapping[str, Any],
+    evidence: Mapping[str, Any],
+) -> list[Json]:
+    """With no clear cause, the recent changes (deploys, configuration) of services the
+    symptom's requests reach, as unranked leads (score 0): a slow leak may not yet stand
+    out between the windows. ``moved`` is how far each service's own calls moved (z,
+    below sure); the changes of those that moved most come first, then the latest."""
+    reached = {
+        name
+        for name, entity in evidence["entities"].items()
+        if entity["reach"] > 0 and entity["kind"] != DEPENDENCY
+    } | {windows["service"]}
+    on_path = [c for c in changes if c["deploy"]["service"] in reached]
+    on_path.sort(key=lambda c: (-moved.get(c["deploy"]["service"], 0.0), c["minutes_before_onset"]))
+    out = []
+    for change in on_path:
+        deploy, minutes = change["deploy"], change["minutes_before_onset"]
+        service, z = deploy["service"], moved.get(deploy["service"], 0.0)
+        what = "configuration change" if deploy["kind"] == "config" else "deploy"
+        out.append(
+            {
+                "rank": 0,
+                "kind": "recent_change",
+                "service": service,
+                "type": "service",
+                "deploy_id": deploy["id"],
+                "suspect": service,
+                "score": 0.0,
+                "summary": f"{what} {deploy['id']} of {service}, {when(minutes)} "
+                f"(its own calls moved by z {z:.1f}, short of sure)",
+                "path": call_path(windows, evidence, service),
+                "claims": [
+                    {
+                        "text": f"{deploy['id']} changed {service} at {deploy['deployed_at']}, "
+                        f"{when(minutes)}, on the path of {windows['service']}'s requests",
+                        "citations": [cites.deploy(deploy)],
+                    }
+                ],
+            }
+        )
+    return out
+
+
+def numbered_leads(leads: Sequence[Json], limit: int) -> list[Json]:
+    """Leads in the order given, one per service (the first kept), at most ``limit``,
+    ranked 1.. (what a reader looks at first comes first)."""
+    seen: set[str] = set()
+    kept: list[Json] = []
+    for lead in leads:
+        if lead["service"] not in seen and len(kept) < limit:
+            seen.add(lead["service"])
+            kept.append({**lead, "rank": len(kept) + 1})
+    return kept
+
+
+def lead_text(leads: Sequence[Mapping[str, Any]]) -> str:
+    """What the conclusion says of the leads of a "no clear cause" answer."""
+    weak = [h["service"] for h in leads if h["kind"] == "weak_signal"]
+    recent = [f"{h['deploy_id']} of {h['service']}" for h in leads if h["kind"] == "recent_change"]
+    text = f" Weak signals, short of sure, worth a look: {', '.join(weak)}." if weak else ""
+    if recent:
+        text += f" Recent changes on the request path: {', '.join(recent)}."
+    return text
 
 
 def call_path(windows: Mapping[str, Any], evidence: Mapping[str, Any], target: str) -> list[str]:

@@ -25,7 +25,13 @@ __all__ = [
 ]
 
 Kind = Literal[
-    "config_change", "bad_deploy", "saturation", "degradation", "dependency", "weak_signal"
+    "config_change",
+    "bad_deploy",
+    "saturation",
+    "degradation",
+    "dependency",
+    "weak_signal",
+    "recent_change",
 ]
 
 
