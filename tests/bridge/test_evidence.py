@@ -289,8 +289,9 @@ def test_with_no_clear_cause_recent_changes_on_the_path_are_leads_too() -> None:
     assert (result["root_cause"], result["confidence"]) == (None, 0.0)
     leads = [(h["rank"], h["kind"], h["deploy_id"], h["score"]) for h in result["hypotheses"]]
     assert leads == [(1, "recent_change", "d-2", 0.0), (2, "recent_change", "d-1", 0.0)]
-    assert "Recent changes on the request path: d-2 of orders, d-1 of billing." in (
-        result["conclusion"]
+    assert (
+        "Recent changes on the request path: d-2 of orders, d-1 of billing."
+        in (result["conclusion"])
     )
     cited = {c["ref"]: c for c in result["citations"]}
     assert cited["d-2"]["tool"] == "list_deploys"
