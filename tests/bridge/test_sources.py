@@ -283,6 +283,24 @@ def test_duplicate_spans_are_stored_once_and_progress_is_reported(tmp_path: Path
     assert recorder.seen == sorted(recorder.seen)
 
 
+def test_progress_moves_within_a_large_file(tmp_path: Path) -> None:
+    """One export of several MiB (a chunk is 1 MiB): the bytes reported grow while the
+    file is read, not only when it is finished, and never pass its size."""
+    big = tmp_path / "big.jsonl"
+    with big.open("w") as out:
+        for i in range(9000):
+            out.write(json.dumps(request("a", span(f"{i + 1:016x}", name="x" * 200))) + "\n")
+    size = big.stat().st_size
+    assert size > 2 << 20
+    recorder = Recorder()
+    report = build_index([big], tmp_path / "index.db", progress=recorder, batch_size=500)
+    assert report.spans == 9000
+    within = [done for done, _ in recorder.seen if 0 < done < size]
+    assert within, recorder.seen  # moved before the file was finished
+    assert recorder.seen == sorted(recorder.seen)
+    assert recorder.seen[-1] == (size, 9000)
+
+
 def attribute(key: str, value: str) -> dict[str, Any]:
     return {"key": key, "value": {"stringValue": value}}
 

@@ -33,6 +33,7 @@ __all__ = [
     "INDEX_FORMAT",
     "IngestReport",
     "Progress",
+    "Reader",
     "TraceIndex",
     "build_index",
     "fingerprint",
@@ -43,6 +44,11 @@ INDEX_FORMAT = "2"  # bump when the schema changes: an older index is rebuilt
 _SQL = load_queries("keel.bridge", "index.sql")
 
 
+Reader = Callable[[Path, Callable[[int], object] | None], Iterable[list[Row]]]
+"""A trace source's reader: the spans of a file in batches, telling the bytes read so
+far to the callable given (if any) before each batch."""
+
+
 class Progress(Protocol):
     """Told how an ingest goes (``keel bridge ingest`` draws a progress bar with it)."""
 
@@ -50,7 +56,8 @@ class Progress(Protocol):
         """The ingest begins; its files hold ``total_bytes``."""
 
     def advance(self, bytes_done: int, spans_read: int) -> None:
-        """A batch was stored: the files finished so far hold ``bytes_done``."""
+        """A batch was stored: ``bytes_done`` of the files were read (the files finished,
+        and of the current one what its reader consumed so far)."""
 
 
 Fingerprint = list[list[str | int]]
@@ -135,7 +142,7 @@ class _Ingest:
     def __init__(
         self,
         conn: sqlite3.Connection,
-        read: Callable[[Path], Iterable[list[Row]]],
+        read: Reader,
         log: Callable[[str], object] | None,
         progress: Progress | None,
         batch_size: int,
@@ -146,12 +153,18 @@ class _Ingest:
         self.stats: dict[tuple[str, int], list[int]] = {}
         self.sources: list[tuple[str, int, int, int]] = []
         self.total = self.done = self.duplicates = 0
+        self.within = 0  # bytes of the current file its reader consumed so far
+
+    def _consumed(self, at: int) -> None:
+        self.within = at
 
     def file(self, path: Path) -> None:
         """Store the spans of one file, in batches."""
         count = 0
         pending: list[Row] = []
-        for rows in self.read(path):
+        size = path.stat().st_size
+        self.within = 0
+        for rows in self.read(path, self._consumed if self.progress is not None else None):
             _accumulate(self.stats, rows)
             pending.extend(rows)
             if len(pending) >= self.batch_size:
@@ -159,7 +172,8 @@ class _Ingest:
                 count += len(pending)
                 pending = []
                 if self.progress is not None:
-                    self.progress.advance(self.done, self.total + count)
+                    done = self.done + min(self.within, size)
+                    self.progress.advance(done, self.total + count)
         if pending:
             self.conn.executemany(_SQL["insert_span"], pending)
             count += len(pending)
@@ -202,7 +216,7 @@ def build_index(
     files: Sequence[Path],
     dest: Path,
     *,
-    read: Callable[[Path], Iterable[list[Row]]] = read_spans,
+    read: Reader = read_spans,
     log: Callable[[str], object] | None = None,
     progress: Progress | None = None,
     batch_size: int = 20_000,

@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import io
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -398,33 +399,47 @@ def _walk_request(reader: _Reader) -> Iterator[list[Row]]:  # noqa: PLR0912 - mi
         yield batch
 
 
-def read_spans(path: Path, *, whole_limit: int = WHOLE_LIMIT) -> Iterator[list[Row]]:
-    """The spans of one OTLP/JSON file, in batches (one per request, or less).
+def read_spans(
+    path: Path,
+    consumed: Callable[[int], object] | None = None,
+    *,
+    whole_limit: int = WHOLE_LIMIT,
+) -> Iterator[list[Row]]:
+    """The spans of one OTLP/JSON file, in batches (one per request, or less); before each
+    batch, ``consumed`` (if given) hears how many bytes of the file were read so far (a
+    chunk ahead of the batch at most), for a progress bar.
 
     Raises:
         MalformedSource: the file is not OTLP/JSON; names the file, the line and why.
     """
     try:
-        file = path.open(encoding=ENCODING)
+        raw = path.open("rb")
     except OSError as exc:
         raise MalformedSource(path, f"cannot open: {exc.strerror or exc}") from exc
-    with file:
-        reader = _Reader(file, path)
-        try:
-            while True:
-                found = reader.peek()
-                if not found:
-                    return
-                if found != "{":
-                    raise reader.error(f"expected an OTLP request object, found {found!r}")
-                start = reader.mark()
-                request = reader.value(limit=whole_limit)
-                if request is _TOO_BIG:
-                    yield from _walk_request(reader)
-                else:
-                    rows = _request_rows(request, reader, start)
-                    del request
-                    if rows:
-                        yield rows
-        except UnicodeDecodeError as exc:
-            raise MalformedSource(path, f"not UTF-8 text ({exc.reason})") from None
+    with raw, io.TextIOWrapper(raw, encoding=ENCODING) as file:
+        for rows in _batches(_Reader(file, path), whole_limit):
+            if consumed is not None:
+                consumed(raw.tell())
+            yield rows
+
+
+def _batches(reader: _Reader, whole_limit: int) -> Iterator[list[Row]]:
+    """The batches of spans of a file's requests, as :func:`read_spans` yields them."""
+    try:
+        while True:
+            found = reader.peek()
+            if not found:
+                return
+            if found != "{":
+                raise reader.error(f"expected an OTLP request object, found {found!r}")
+            start = reader.mark()
+            request = reader.value(limit=whole_limit)
+            if request is _TOO_BIG:
+                yield from _walk_request(reader)
+            else:
+                rows = _request_rows(request, reader, start)
+                del request
+                if rows:
+                    yield rows
+    except UnicodeDecodeError as exc:
+        raise MalformedSource(reader.path, f"not UTF-8 text ({exc.reason})") from None

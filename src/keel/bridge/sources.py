@@ -70,8 +70,11 @@ class TraceSource(Protocol):
         """The files to index, in order. Raises ConfigurationError for a missing path."""
         ...
 
-    def read(self, path: Path) -> Iterator[list[Row]]:
-        """The spans of one file, in batches. Raises MalformedSource."""
+    def read(
+        self, path: Path, consumed: Callable[[int], object] | None = None
+    ) -> Iterator[list[Row]]:
+        """The spans of one file, in batches; ``consumed`` hears the bytes read so far
+        before each batch (for a progress bar). Raises MalformedSource."""
         ...
 
 
@@ -250,5 +253,7 @@ class OtlpJsonTraces:
     def files(self) -> list[Path]:
         return trace_files(self.paths)
 
-    def read(self, path: Path) -> Iterator[list[Row]]:
-        return read_spans(path)
+    def read(
+        self, path: Path, consumed: Callable[[int], object] | None = None
+    ) -> Iterator[list[Row]]:
+        return read_spans(path, consumed=consumed)
