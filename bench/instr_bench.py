@@ -23,7 +23,7 @@ Scenarios, each in one process with the checkout's own ``src/``:
   its workers included) counted alone, while a client outside valgrind sends one
   ``tools/call`` creating a no-op task at a time, waits until the store shows them all
   completed, then one ``tasks/get`` for each: per task, a create over HTTP, a run, a
-  get. The client is ``bench/mcp_bench.py``'s, run with the after side's ``.venv``.
+  get. The client (Keel's client helpers over the SDK's) runs with the after side's ``.venv``.
 
     python3 bench/instr_bench.py --before ../wt-before --after .
     python3 bench/instr_bench.py --after .            # one checkout: just its counts
@@ -104,7 +104,7 @@ with tempfile.TemporaryDirectory() as tmp:
 CLIENT = r"""
 import sqlite3, sys, time, anyio
 from mcp import Client
-from mcp_bench import Created, Detailed, GetTask, TaskIdParams, TasksClientExtension
+from keel.mcp.client import Created, Detailed, GetTask, TaskIdParams, TasksClientExtension
 url, count, db = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 
 async def main():
@@ -133,7 +133,6 @@ anyio.run(main)
 """
 
 VALGRIND = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null"]
-READY = re.compile(r"running on (http://127\.0\.0\.1:\d+)")
 
 
 def _counted(stderr: str, what: str) -> int:
@@ -190,7 +189,7 @@ def _served(root: Path, count: int, client: Path) -> int:
         lines = []
         for line in server.stderr:  # until uvicorn listens (minutes under valgrind)
             lines.append(line)
-            if READY.search(line) or "Uvicorn running on" in line:
+            if "Uvicorn running on" in line:
                 break
         else:
             raise RuntimeError(f"keel serve in {root} did not start:\n{''.join(lines)[-3000:]}")

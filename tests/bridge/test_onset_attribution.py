@@ -11,27 +11,26 @@ from keel.bridge.evidence import gather, own_onset
 ONSET = 12  # the incident's onset, as index in the timeline (diagnosis.TIMELINE)
 
 
+def _changed(median_ms: tuple[float, float], failure_rate: tuple[float, float]) -> dict[str, Any]:
+    """An entity that got slower (its median own time rose) or else started failing."""
+    slower = median_ms[1] > median_ms[0]
+    return {
+        "slower": slower,
+        "failing": not slower,
+        "time_z": 10.0 if slower else 0.0,
+        "failure_z": 0.0 if slower else 10.0,
+        "median_ms": list(median_ms),
+        "failure_rate": list(failure_rate),
+    }
+
+
 def _slower(m0: float, m1: float) -> dict[str, Any]:
     """An entity that got slower, median own time m0 -> m1 ms."""
-    return {
-        "slower": True,
-        "failing": False,
-        "time_z": 10.0,
-        "failure_z": 0.0,
-        "median_ms": [m0, m1],
-        "failure_rate": [0.0, 0.0],
-    }
+    return _changed((m0, m1), (0.0, 0.0))
 
 
 def _failing(p0: float, p1: float) -> dict[str, Any]:
-    return {
-        "slower": False,
-        "failing": True,
-        "time_z": 0.0,
-        "failure_z": 10.0,
-        "median_ms": [5.0, 5.0],
-        "failure_rate": [p0, p1],
-    }
+    return _changed((5.0, 5.0), (p0, p1))
 
 
 LEAK = _slower(10.0 * 2 ** (-4 / 5), 10.0 * 2 ** (17 / 5))

@@ -124,7 +124,7 @@ def served_apps(named: str | None) -> dict[str, AppModule]:
     """The app modules whose options keel serve knows: every built-in app, and the app
     module that ``--app`` names if it names one (not a built-in, not ``MODULE:ATTR``)."""
     apps = built_in_apps()
-    if named is None or named in apps or ":" in named or not named:
+    if not named or named in apps or ":" in named:
         return apps
     return {**apps, named: app_module(named)}
 
