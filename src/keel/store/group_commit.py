@@ -20,19 +20,44 @@ regrouping. A group in which an op was refused before it wrote anything commits 
 others beside it; one in which an op failed *after* writing is rolled back by the
 runner, which raises :class:`Regroup`, and each op then runs in a transaction of its
 own, so that only the failing one fails.
+
+A caller waits for its answer :data:`DEFAULT_STORE_TIMEOUT` seconds at most (the
+adapter's ``timeout``), whatever the store does meanwhile, queued behind a group that waits
+for a lock or for a server that went away included: :func:`answer_within` then raises
+the adapter's "unavailable" error, and :func:`bounded` keeps the op from running behind
+its caller's back if its group gets going after all.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+import dataclasses
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from keel.store.base import Op
 
-__all__ = ["GroupRunner", "Lane", "Outcome", "Ran", "Regroup", "Wait", "finish_group", "run_alone"]
+__all__ = [
+    "DEFAULT_STORE_TIMEOUT",
+    "GroupRunner",
+    "Lane",
+    "Outcome",
+    "Ran",
+    "Regroup",
+    "Wait",
+    "answer_within",
+    "bounded",
+    "finish_group",
+    "run_alone",
+]
+
+T = TypeVar("T")
+
+DEFAULT_STORE_TIMEOUT = 10.0  # seconds a call waits for its answer, at most
+START_MARGIN = 0.5  # seconds before its caller's timeout after which an op no longer starts
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +158,31 @@ def run_alone(runner: GroupRunner, op: Op[Any]) -> Any:
     if ran.after is not None:
         ran.after()
     return ran.outcomes[0].unwrap()
+
+
+def bounded(op: Op[T], timeout: float, late: Callable[[], Exception]) -> Op[T]:
+    """``op``, refused with ``late()`` if it would start less than :data:`START_MARGIN`
+    before its caller's ``timeout`` (from now) runs out: by then the caller is being told
+    that the store is unavailable, so the op must not write behind its back (it raises
+    before it touches anything, so its group goes on without it)."""
+    deadline = time.monotonic() + max(timeout - min(START_MARGIN, timeout / 2), 0.0)
+    work = op.run
+
+    def run(tx: Any) -> T:
+        if time.monotonic() >= deadline:
+            raise late()
+        return work(tx)
+
+    return dataclasses.replace(op, run=run)
+
+
+async def answer_within(answer: Awaitable[T], seconds: float, late: Callable[[], Exception]) -> T:
+    """``answer``'s value or error if it comes within ``seconds``, else ``late()`` (a
+    queued op is then dropped: its future is cancelled)."""
+    try:
+        return await asyncio.wait_for(answer, seconds)
+    except TimeoutError:
+        raise late() from None
 
 
 _Queued = tuple[Op[Any], "asyncio.Future[Any]"]
