@@ -8,13 +8,16 @@ keep an op whose caller was answered from running.
 from __future__ import annotations
 
 import asyncio
+import threading
+from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
 from keel.errors import StoreError, StoreUnavailable
 from keel.mcp.wire import STORE_UNAVAILABLE, rpc_error
 from keel.store.base import Op
-from keel.store.group_commit import answer_within, bounded
+from keel.store.group_commit import Lane, Outcome, Ran, Wait, bounded
 
 pytestmark = pytest.mark.anyio
 
@@ -42,20 +45,56 @@ def _late() -> Exception:
     return StoreUnavailable("s", "no answer")
 
 
-async def test_a_call_is_answered_within_its_timeout():
-    """An answer that never comes: the "late" error after the timeout, the waiting
-    future cancelled (a queued op is then dropped)."""
-    future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-    with pytest.raises(StoreUnavailable, match="no answer"):
-        await answer_within(future, 0.01, _late)
-    assert future.cancelled()
+class Stuck:
+    """A runner whose groups wait in a thread until ``go`` is set (a lock held elsewhere,
+    a server gone), then run their ops."""
+
+    def __init__(self) -> None:
+        self.go = threading.Event()
+        self.done = threading.Event()
+        self.ran: list[str] = []
+
+    def start(self, ops: Sequence[Op[Any]]) -> Wait:
+        return Wait()
+
+    def finish(self, ops: Sequence[Op[Any]], handoff: Any) -> Ran:
+        self.go.wait(10)
+        outcomes = []
+        for op in ops:
+            try:
+                outcomes.append(Outcome(op.run("tx")))
+            except Exception as exc:
+                outcomes.append(Outcome.failed(exc))
+        self.done.set()
+        return Ran(outcomes)
+
+    def closed(self) -> Exception:
+        return RuntimeError("closed")
 
 
-async def test_an_answer_in_time_is_passed_on():
-    """Within the timeout, the value (or the error) is the caller's."""
-    future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-    future.set_result(7)
-    assert await answer_within(future, 1.0, _late) == 7
+async def test_a_lane_answers_every_caller_within_its_timeout():
+    """A group stuck in its thread: its caller and the one queued behind it both get
+    late() at their own deadline; once the group gets going, the op whose caller was
+    answered does not run, and the queued one is left out."""
+    runner = Stuck()
+    lane = Lane(asyncio.get_running_loop(), runner, timeout=0.2, late=_late)
+    first = lane.submit(Op(lambda tx: runner.ran.append("first")))
+    await asyncio.sleep(0)  # the first group leaves for its thread
+    second = lane.submit(Op(lambda tx: runner.ran.append("second")))
+    for future in (first, second):
+        with pytest.raises(StoreUnavailable, match="no answer"):
+            await future
+    runner.go.set()
+    assert await asyncio.to_thread(runner.done.wait, 10)  # the stuck group ran its ops
+    assert runner.ran == []
+
+
+async def test_a_lane_passes_on_an_answer_in_time():
+    """Within the timeout, the value is the caller's, and no late error follows."""
+    runner = Stuck()
+    runner.go.set()
+    lane = Lane(asyncio.get_running_loop(), runner, timeout=5.0, late=_late)
+    assert await lane.submit(Op(lambda tx: 7)) == 7
 
 
 def test_an_op_that_would_start_too_late_does_not_run():

@@ -21,19 +21,20 @@ others beside it; one in which an op failed *after* writing is rolled back by th
 runner, which raises :class:`Regroup`, and each op then runs in a transaction of its
 own, so that only the failing one fails.
 
-A caller waits for its answer :data:`DEFAULT_STORE_TIMEOUT` seconds at most (the
-adapter's ``timeout``), whatever the store does meanwhile, queued behind a group that waits
-for a lock or for a server that went away included: :func:`answer_within` then raises
-the adapter's "unavailable" error, and :func:`bounded` keeps the op from running behind
-its caller's back if its group gets going after all.
+A lane given a ``timeout`` answers every caller within it (the adapter's store timeout,
+:data:`DEFAULT_STORE_TIMEOUT` by default), whatever the store does meanwhile, queued
+behind a group that waits for a lock or for a server that went away included: the
+adapter's "unavailable" error (``late()``) then, and :func:`bounded` keeps the op from
+running behind its caller's back if its group gets going after all. One timer per lane,
+at the earliest deadline (callers' deadlines come in the order they called).
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
@@ -48,7 +49,6 @@ __all__ = [
     "Ran",
     "Regroup",
     "Wait",
-    "answer_within",
     "bounded",
     "finish_group",
     "run_alone",
@@ -173,16 +173,7 @@ def bounded(op: Op[T], timeout: float, late: Callable[[], Exception]) -> Op[T]:
             raise late()
         return work(tx)
 
-    return dataclasses.replace(op, run=run)
-
-
-async def answer_within(answer: Awaitable[T], seconds: float, late: Callable[[], Exception]) -> T:
-    """``answer``'s value or error if it comes within ``seconds``, else ``late()`` (a
-    queued op is then dropped: its future is cancelled)."""
-    try:
-        return await asyncio.wait_for(answer, seconds)
-    except TimeoutError:
-        raise late() from None
+    return Op(run, op.touches, op.picks)
 
 
 _Queued = tuple[Op[Any], "asyncio.Future[Any]"]
@@ -194,6 +185,8 @@ class Lane:
     Args:
         max_group: ops in one group at most (None: everything queued).
         executor: where groups wait (None: the loop's default executor).
+        timeout: seconds a caller waits for its answer at most, then gets ``late()``
+            (None: as long as it takes).
     """
 
     def __init__(
@@ -203,11 +196,17 @@ class Lane:
         *,
         max_group: int | None = None,
         executor: Executor | None = None,
+        timeout: float | None = None,
+        late: Callable[[], Exception] | None = None,
     ) -> None:
         self.loop = loop
         self._runner = runner
         self._max_group = max_group
         self._executor = executor
+        self._timeout = timeout
+        self._late = late or runner.closed
+        self._deadlines: deque[tuple[float, asyncio.Future[Any]]] = deque()
+        self._timer: asyncio.TimerHandle | None = None
         self._queue: list[_Queued] = []
         self._scheduled = False
         self.flushing = False
@@ -222,6 +221,8 @@ class Lane:
 
     def submit(self, op: Op[Any]) -> asyncio.Future[Any]:
         """Queue ``op`` (on the lane's loop); the future gets its value or error."""
+        if self._timeout is not None:
+            op = bounded(op, self._timeout, self._late)
         future: asyncio.Future[Any] = self.loop.create_future()
         self._queue.append((op, future))
         self.inflight.add(future)
@@ -229,7 +230,28 @@ class Lane:
         if not self._scheduled and not self.flushing:
             self._scheduled = True
             self.loop.call_soon(self._flush)
+        if self._timeout is not None:
+            self._deadlines.append((self.loop.time() + self._timeout, future))
+            if self._timer is None:
+                self._arm()
         return future
+
+    def _arm(self) -> None:
+        """Set the timer for the earliest deadline of a caller still waiting."""
+        deadlines = self._deadlines
+        while deadlines and deadlines[0][1].done():
+            deadlines.popleft()
+        self._timer = self.loop.call_at(deadlines[0][0], self._expire) if deadlines else None
+
+    def _expire(self) -> None:
+        """Answer the callers whose time is up with ``late()`` (their ops, if still
+        queued, are left out of the next group; if running, :func:`bounded` stops them)."""
+        now = self.loop.time()
+        while self._deadlines and self._deadlines[0][0] <= now:
+            _, future = self._deadlines.popleft()
+            if not future.done():
+                future.set_exception(self._late())
+        self._arm()
 
     async def drain(self) -> None:
         """Wait until every op submitted so far has its answer."""
@@ -239,7 +261,7 @@ class Lane:
     def _take(self) -> list[_Queued]:
         while self._queue:
             size = len(self._queue) if self._max_group is None else self._max_group
-            batch = [(op, f) for op, f in self._queue[:size] if not f.cancelled()]
+            batch = [(op, f) for op, f in self._queue[:size] if not f.done()]
             self._queue = self._queue[size:]
             if batch:
                 return batch

@@ -20,7 +20,7 @@
   was sent but its answer lost, the retry first inserts that id again: a duplicate means
   the first try committed, and its outcome is returned instead of running it again.
 * **Answers within the timeout.** A call waits ``timeout`` seconds at most
-  (:func:`~keel.store.group_commit.answer_within`; ``keel serve --store-timeout``): past
+  (its :class:`~keel.store.group_commit.Lane`'s; ``keel serve --store-timeout``): past
   it, or when the retries of its group run out of that time, it gets
   :class:`~keel.errors.StoreUnavailable` naming the store and the last cause seen (the
   pool's own connection attempts included: ``connection refused`` …). The pool gives up
@@ -58,8 +58,6 @@ from keel.store.group_commit import (
     Ran,
     Regroup,
     Wait,
-    answer_within,
-    bounded,
     run_alone,
 )
 from keel.store.postgres.config import PostgresOptions, parse_postgres_url
@@ -240,10 +238,14 @@ class PostgresStore(TxStore):
         lane = self._lanes.get((id(loop), write))
         if lane is None or lane.loop is not loop:
             lane = self._lanes[(id(loop), write)] = Lane(
-                loop, runner, max_group=MAX_GROUP, executor=self._threads
+                loop,
+                runner,
+                max_group=MAX_GROUP,
+                executor=self._threads,
+                timeout=self.timeout,
+                late=self._late,
             )
-        timed = bounded(op, self.timeout, self._late)
-        return await answer_within(lane.submit(timed), self.timeout, self._late)
+        return await lane.submit(op)  # type: ignore[no-any-return]
 
     def _late(self) -> StoreUnavailable:
         """The answer of a call that waited the whole timeout (or would start too late)."""

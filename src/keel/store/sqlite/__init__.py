@@ -35,7 +35,7 @@ import anyio.to_thread
 from keel.errors import ConfigurationError, StoreUnavailable
 from keel.model import Limits
 from keel.store.base import Op, TxStore
-from keel.store.group_commit import Lane, answer_within, bounded, run_alone
+from keel.store.group_commit import Lane, run_alone
 from keel.store.protocol import Clock
 from keel.store.sqlite.connection import (
     DEFAULT_BUSY_TIMEOUT,
@@ -143,15 +143,13 @@ class SqliteStore(TxStore):
             loop = None
         lane = self._lane
         if loop is not None and (lane is None or (lane.loop is not loop and lane.idle)):
-            lane = self._lane = Lane(loop, self._writer)  # nothing queued on the old loop
+            # (nothing queued on the old loop)
+            lane = self._lane = Lane(loop, self._writer, timeout=self.timeout, late=self._late)
         if lane is None or lane.loop is not loop:
             # Group commit serves one event loop at a time; others get a transaction each.
             return await anyio.to_thread.run_sync(lambda: run_alone(self._writer, op))
         self._db.check_open()
-        if self.timeout is None:
-            return await lane.submit(op)  # type: ignore[no-any-return]
-        timed = bounded(op, self.timeout, self._late)
-        return await answer_within(lane.submit(timed), self.timeout, self._late)
+        return await lane.submit(op)  # type: ignore[no-any-return]
 
     def _late(self) -> StoreUnavailable:
         """The answer of a write that waited the whole timeout."""
