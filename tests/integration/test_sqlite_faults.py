@@ -9,18 +9,15 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import anyio
 import pytest
 
-from acceptance.apps.harness import eventually
 from keel.errors import StoreError, StoreUnavailable
-from keel.model import Status, Task
-from keel.runtime import Keel, TaskContext, Worker
+from keel.model import Status
 from keel.store import SqliteStore
+from runtime.support import outcome_through_outage
 
 pytestmark = pytest.mark.anyio
 
@@ -159,44 +156,23 @@ async def test_an_outcome_refused_by_a_full_disk_is_written_once_it_has_room(db)
     the completion is refused as "disk full", tried again, and written once the file can
     grow again; the task completes instead of being dead-lettered."""
     store = SqliteStore(db, timeout=1.0)
-    app = Keel(store)
-    started, release = anyio.Event(), anyio.Event()
-    lease = 1.0
-
-    @app.task("hold", max_attempts=1, lease_seconds=lease)
-    async def hold(ctx: TaskContext) -> str:
-        started.set()
-        await release.wait()
-        return "x" * 50_000  # needs new pages: what a full disk refuses
-
-    worker = Worker(app, concurrency=1, recover_interval=0.05)
     sql = store._db.sql  # the store's one connection
+
+    async def fill_the_disk() -> None:
+        sql.execute(f"PRAGMA max_page_count = {sql.execute('PRAGMA page_count').fetchone()[0]}")
+
+    async def make_room() -> None:
+        sql.execute("PRAGMA max_page_count = 1073741823")
+
     try:
-        async with anyio.create_task_group() as tg:
-            stop = anyio.Event()
-            tg.start_soon(lambda: worker.run(stop=stop))
-            task = await app.submit("hold", {})
-            with anyio.fail_after(10):
-                await started.wait()
-            full_at = time.monotonic()
-            sql.execute(f"PRAGMA max_page_count = {sql.execute('PRAGMA page_count').fetchone()[0]}")
-            release.set()  # its completion meets the full disk
-
-            async def refused() -> bool | None:
-                return True if worker._outage_seen >= full_at else None
-
-            await eventually(refused, within=10, what="a completion refused as disk full")
-            # The scenario: the disk stays full past the lease.
-            await anyio.sleep(max(0.0, full_at + lease + 0.3 - time.monotonic()))
-            sql.execute("PRAGMA max_page_count = 1073741823")  # room again
-
-            async def finished() -> Task | None:
-                now = await store.get(task.task_id)
-                return now if now.status.terminal else None
-
-            done = await eventually(finished, within=10, what="the task")
-            stop.set()
-        assert done.status is Status.COMPLETED, done
+        done, history = await outcome_through_outage(
+            store,
+            lease=1.0,
+            result="x" * 50_000,  # needs new pages: what a full disk refuses
+            break_store=fill_the_disk,
+            mend_store=make_room,
+        )
+        assert done.status is Status.COMPLETED, history
         assert done.attempt == 1
     finally:
         await store.close()

@@ -11,18 +11,16 @@ fast``) and started again.
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 
 import anyio
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from acceptance.apps.harness import eventually
 from keel.mcp.wire import STORE_UNAVAILABLE
 from keel.model import Status
-from keel.runtime import Keel, TaskContext, Worker
 from keel.store import open_store
+from runtime.support import outcome_through_outage
 
 from .cluster import PrivateCluster
 from .support import FrontEnd, app_env, create_task, get_task, mcp_client
@@ -90,46 +88,18 @@ async def test_an_outcome_written_during_an_outage_is_recorded_after_it(
     was not recovered behind its back), so the task completes instead of being
     dead-lettered as "stopped renewing its lease"."""
     cluster = private_cluster
-    lease = 1.5  # seconds; the outage below is longer
     store = open_store(cluster.url("postgres", schema="keel_late"), timeout=1.0)
-    app = Keel(store)
-    started, release = anyio.Event(), anyio.Event()
-
-    @app.task("hold", max_attempts=1, lease_seconds=lease)
-    async def hold(ctx: TaskContext) -> str:
-        started.set()
-        await release.wait()
-        return "done"
-
-    worker = Worker(app, concurrency=1, recover_interval=0.1)
     try:
-        async with anyio.create_task_group() as tg:
-            stop = anyio.Event()
-            tg.start_soon(lambda: worker.run(stop=stop))
-            task = await app.submit("hold", {})
-            with anyio.fail_after(30):
-                await started.wait()
-            await anyio.to_thread.run_sync(cluster.stop, "fast")
-            release.set()  # the handler returns; its completion cannot be written
-            down_at = time.monotonic()
-
-            async def written_and_failed() -> bool | None:
-                return True if worker._outage_seen >= down_at else None
-
-            await eventually(written_and_failed, within=30, what="a failed outcome write")
-            # The scenario: the server stays down past the lease (not a wait for a result).
-            await anyio.sleep(max(0.0, down_at + lease + 0.5 - time.monotonic()))
-            await anyio.to_thread.run_sync(cluster.start)
-
-            async def finished() -> Status | None:
-                now = (await store.get(task.task_id)).status
-                return now if now.terminal else None
-
-            assert await eventually(finished, within=30, what="the task") is Status.COMPLETED
-            stop.set()
-        done = await store.get(task.task_id)
+        done, history = await outcome_through_outage(
+            store,
+            lease=1.5,
+            result="done",
+            break_store=lambda: anyio.to_thread.run_sync(cluster.stop, "fast"),
+            mend_store=lambda: anyio.to_thread.run_sync(cluster.start),
+        )
+        assert done.status is Status.COMPLETED, history
         assert done.attempt == 1
-        history = [e.reason for e in await store.history(task.task_id)]
-        assert not any("renewing" in r or "expired" in r for r in history), history
+        reasons = [e.reason for e in history]
+        assert not any("renewing" in r or "expired" in r for r in reasons), reasons
     finally:
         await store.close()
