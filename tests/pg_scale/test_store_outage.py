@@ -11,12 +11,15 @@ fast``) and started again.
 from __future__ import annotations
 
 import re
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import anyio
 import pytest
+from mcp import Client
 from mcp.shared.exceptions import MCPError
 
+from acceptance.apps.harness import eventually
 from keel.mcp.wire import STORE_UNAVAILABLE
 from keel.model import Status
 from keel.store import open_store
@@ -42,6 +45,19 @@ async def _refused(call: object) -> MCPError:
     raise AssertionError("the call succeeded with PostgreSQL down")
 
 
+def _two_tasks(url: str) -> Callable[[], Awaitable[bool | None]]:
+    """A probe: True once the store holds two tasks."""
+
+    async def probe() -> bool | None:
+        store = open_store(url)
+        try:
+            return True if len(await store.list(limit=10)) >= 2 else None
+        finally:
+            await store.close()
+
+    return probe
+
+
 async def test_calls_with_postgres_down_are_answered_unavailable_in_time(
     tmp_path: Path, private_cluster: PrivateCluster
 ) -> None:
@@ -57,9 +73,29 @@ async def test_calls_with_postgres_down_are_answered_unavailable_in_time(
     front_end = FrontEnd(store=url, name="fe", logs=tmp_path, env=env)
     try:
         await front_end.ready()
-        async with mcp_client(front_end.url) as client:
+        async with mcp_client(front_end.url) as client, Client(front_end.url) as plain:
             task_id = await create_task(client, "pg_steps", {"steps": 1})
-            await anyio.to_thread.run_sync(cluster.stop, "fast")
+            inline: list[MCPError] = []
+            ended = anyio.Event()
+
+            async def wait_inline() -> None:
+                # A client without the tasks extension waits for the result inline (no
+                # worker runs it): the outage ends its wait as well.
+                try:
+                    await plain.call_tool("pg_steps", {"steps": 1})
+                except MCPError as exc:
+                    inline.append(exc)
+                finally:
+                    ended.set()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(wait_inline)
+                await eventually(_two_tasks(url), within=30, what="the inline call's task")
+                await anyio.to_thread.run_sync(cluster.stop, "fast")
+                with anyio.fail_after(STORE_TIMEOUT + SLACK):
+                    await ended.wait()
+            assert inline, "the inline call succeeded with PostgreSQL down"
+            assert inline[0].error.code == STORE_UNAVAILABLE, inline[0].error
             for call in (
                 get_task(client, task_id),
                 create_task(client, "pg_steps", {"steps": 1}),
