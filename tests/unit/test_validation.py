@@ -247,6 +247,14 @@ def test_keys_and_messages_refuse_unstorable_text():
         check_message("\ud800", "status message")
 
 
+def test_encode_refuses_a_value_that_holds_itself():
+    """A cycle is not JSON (and finding where the fault is ends, too)."""
+    cycle: list[object] = []
+    cycle.append(cycle)
+    with pytest.raises(InvalidPayload, match="v is not JSON: Circular reference"):
+        encode({"a": cycle}, "v", 1000)
+
+
 def test_encode_refuses_nesting_too_deep_to_encode():
     """A value nested past the encoder's recursion limit is InvalidPayload, not a crash."""
     deep: list[object] = []
