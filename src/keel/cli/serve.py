@@ -340,7 +340,8 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
     says otherwise; with PostgreSQL, several `keel serve --no-worker` front ends and
     `keel worker` processes can share one database.
     """
-    from keel.mcp.serving import ServeSettings
+    from keel.mcp.serving import ServeSettings, exit_on_signals, run_stdio
+    from keel.store.maintenance import verify
 
     started = time.monotonic()
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING)
@@ -355,7 +356,7 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
         rate_limit_polls=rate_limit_polls,
     )
     served = _build(ctx, app_spec, settings, app_options)
-    served.app.store  # noqa: B018 - open the store now: one clear error if it cannot be opened
+    verify(served.app.store)  # open the store now: one clear error if it cannot be served from
     if transport == "http" and not check:
         _check_port(host, port)
     endpoint = "stdio" if transport == "stdio" else f"http://{host}:{port}/mcp"
@@ -375,8 +376,9 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
     if check:
         return
     if transport == "stdio":
-        served.server.run("stdio")
+        run_stdio(served.server, settings.closed)  # SIGTERM: tasks given back, store closed
         return
+    exit_on_signals()  # uvicorn stops gracefully on SIGTERM / SIGINT, then we exit 0
     served.server.run(
         "streamable-http", host=host, port=port, streamable_http_path="/mcp", json_response=True
     )

@@ -25,8 +25,8 @@ import anyio.to_thread
 
 from keel.errors import ConfigurationError, StoreError
 from keel.model import Status
-from keel.store.base import TxStore
 from keel.store.locations import open_store, parse_location, resolve_location
+from keel.store.protocol import Store
 from keel.store.sqlite import SqliteStore
 from keel.store.urls import redact
 
@@ -58,7 +58,7 @@ class BackupReport:
     tasks: int  # in the copy
 
 
-def verify(store: TxStore) -> None:
+def verify(store: Store) -> None:
     """Refuse to serve from a damaged SQLite file (``PRAGMA quick_check``: it reads every
     page, about a second per GB). Other stores check themselves.
 

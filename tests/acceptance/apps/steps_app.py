@@ -98,3 +98,15 @@ async def hold(ctx: TaskContext) -> None:
         await anyio.sleep_forever()
     finally:
         record_effect(ctx, "finally")
+
+
+@app.task("step_then_hold", max_attempts=MAX_ATTEMPTS, lease_seconds=LEASE)
+async def step_then_hold(ctx: TaskContext) -> dict[str, Any]:
+    """Record step ``first``; on the task's first claim (fence 1) then wait until stopped,
+    on any later claim return at once. What a stopped process gives back, another one
+    finishes, from its recorded step."""
+    first = await ctx.step("first", record_effect, ctx, "first")
+    if ctx.fence == 1:
+        record_effect(ctx, "holding")
+        await anyio.sleep_forever()
+    return {"first": first["nonce"], "fence": ctx.fence}
