@@ -8,6 +8,7 @@ error chained under it, whose code ``keel.store.sqlite.faults`` translated.
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -71,7 +72,7 @@ def test_a_file_that_is_not_a_database_is_unreadable(tmp_path, content):
     opens it; the file is left as it was, and no -wal or -shm appears beside it."""
     path = tmp_path / "tasks.json"
     path.write_bytes(content)
-    with pytest.raises(NotAStore, match=f"store {path} is not a SQLite database"):
+    with pytest.raises(NotAStore, match=re.escape(f"store {path} is not a SQLite database")):
         SqliteStore(path)
     assert path.read_bytes() == content
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tasks.json"]
@@ -117,5 +118,5 @@ def test_a_folder_in_place_of_the_file_cannot_be_opened(tmp_path):
     """A directory where the database file should be: NotAStore, "is a folder"."""
     path = tmp_path / "keel.db"
     path.mkdir()
-    with pytest.raises(NotAStore, match=f"store {path} is a folder"):
+    with pytest.raises(NotAStore, match=re.escape(f"store {path} is a folder")):
         SqliteStore(path)

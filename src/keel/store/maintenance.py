@@ -23,11 +23,12 @@ from pathlib import Path
 
 import anyio.to_thread
 
-from keel.errors import ConfigurationError, StoreError
+from keel.errors import ConfigurationError, StoreDamaged, StoreError
 from keel.model import Status
 from keel.store.locations import open_store, parse_location, resolve_location
 from keel.store.protocol import Store
 from keel.store.sqlite import SqliteStore
+from keel.store.sqlite.connection import remove_files
 from keel.store.urls import redact
 
 __all__ = ["BackupReport", "CheckReport", "backup", "check", "verify"]
@@ -135,32 +136,44 @@ async def backup(
     assert isinstance(store, SqliteStore)
     try:
         await anyio.to_thread.run_sync(lambda: store.backup(draft))
-        tasks = await _checked_copy(draft)
-        os.replace(draft, target)
-        size = target.stat().st_size
-    except OSError as exc:
-        raise StoreError(f"cannot write backup {target}: {exc.strerror or exc}") from exc
+        tasks = await _checked_copy(draft, loc.path)
+        size = await anyio.to_thread.run_sync(lambda: _place(draft, target))
     finally:
         await store.close()
-        for suffix in ("", "-wal", "-shm", "-journal"):
-            Path(f"{draft}{suffix}").unlink(missing_ok=True)
+        await anyio.to_thread.run_sync(lambda: remove_files(draft))
     return BackupReport(str(loc.path), target, size, time.monotonic() - started, tasks)
 
 
-async def _checked_copy(draft: Path) -> int:
+async def _checked_copy(draft: Path, source: Path) -> int:
     """Open the copy as Keel would (header, schema version), run the full integrity
     check, and count its tasks; closing it folds its WAL in, so the file alone is the
     backup.
 
     Raises:
-        StoreDamaged: the integrity check failed.
+        StoreDamaged: the integrity check of the copy failed (named after ``source``).
     """
     copy = SqliteStore(draft)
     try:
-        await anyio.to_thread.run_sync(lambda: copy.verify(thorough=True))
+        try:
+            await anyio.to_thread.run_sync(lambda: copy.verify(thorough=True))
+        except StoreDamaged as exc:
+            raise StoreDamaged(str(source), "backup's integrity check", exc.problems) from exc
         return sum((await copy.counts()).values())
     finally:
         await copy.close()
+
+
+def _place(draft: Path, target: Path) -> int:
+    """Move the checked copy to its name (replacing a file there: ``--force``); its size.
+
+    Raises:
+        StoreError: it cannot be moved there.
+    """
+    try:
+        os.replace(draft, target)
+        return target.stat().st_size
+    except OSError as exc:
+        raise StoreError(f"cannot write backup {target}: {exc.strerror or exc}") from exc
 
 
 def _check_dest(source: Path, dest: Path, *, force: bool) -> None:

@@ -47,6 +47,7 @@ __all__ = [
     "Connection",
     "Synchronous",
     "check_file",
+    "remove_files",
 ]
 
 log = logging.getLogger("keel.store.sqlite")
@@ -335,8 +336,14 @@ def _create(path: Path, synchronous: Synchronous, busy_timeout: float) -> None:
             if not path.exists():  # a file system without hard links: a rename will do
                 os.replace(draft, path)
     finally:
-        for suffix in ("", "-wal", "-shm", "-journal"):
-            Path(f"{draft}{suffix}").unlink(missing_ok=True)
+        remove_files(draft)
+
+
+def remove_files(path: Path) -> None:
+    """Delete the database file ``path`` and its companions (``-wal``, ``-shm``,
+    ``-journal``) where they exist: for drafts, never for a store."""
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
 
 
 def _check_version(path: Path, current: int) -> None:
