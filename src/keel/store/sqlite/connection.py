@@ -8,9 +8,10 @@
 * Schema versions are the migrations in ``migrations/``; a file newer than this Keel is
   refused.
 * A missing file is created whole or not at all (built beside it, then linked into
-  place), so an existing file that is empty or has no SQLite header is never a store
-  being created: it is refused (:class:`~keel.errors.NotAStore`), not taken for an
-  empty store.
+  place), so an existing file that is empty or has no SQLite header is not a store being
+  created: it is refused (:class:`~keel.errors.NotAStore`), not taken for an empty
+  store. (An empty file whose write lock another process holds is one being made the
+  old way, by an older Keel or by sqlite3: that one is opened, waiting for the lock.)
 * Closing folds the WAL into the file (``wal_checkpoint(TRUNCATE)``): after a clean
   stop, the database file alone holds every task.
 
@@ -294,9 +295,10 @@ def check_file(path: Path) -> None:
     becomes a new store).
 
     Raises:
-        NotAStore: ``path`` is empty (zero bytes), a folder, or starts with anything but
-            SQLite's header.
+        NotAStore: ``path`` is empty (zero bytes) and no other process is making it a
+            database, a folder, or starts with anything but SQLite's header.
         OSError: it cannot be read.
+        sqlite3.Error: SQLite cannot open it.
     """
     try:
         with path.open("rb") as file:
@@ -306,9 +308,27 @@ def check_file(path: Path) -> None:
     except IsADirectoryError:
         raise NotAStore(str(path), "is a folder") from None
     if not header:
+        if _write_locked(path):
+            return
         raise NotAStore(str(path), "is an empty file (0 bytes)")
     if header != SQLITE_HEADER:
         raise NotAStore(str(path), "is not a SQLite database (it lacks SQLite's file header)")
+
+
+def _write_locked(path: Path) -> bool:
+    """Whether another connection holds the write lock of ``path`` now (asked without
+    waiting). An empty file that another process holds is a database being made (by an
+    older Keel, or sqlite3): it is opened as usual, waiting for that lock."""
+    probe = sqlite3.connect(path, timeout=0, isolation_level=None)
+    try:
+        probe.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError as exc:
+        return is_busy(exc)
+    else:
+        probe.execute("ROLLBACK")
+        return False
+    finally:
+        probe.close()
 
 
 def _create(path: Path, synchronous: Synchronous, busy_timeout: float) -> None:
