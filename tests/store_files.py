@@ -5,6 +5,7 @@ Importable from every tier (``tests/`` is on the path, as for ``keel_serve``).
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import anyio
 from keel.model import Task
 from keel.store import SqliteStore
 
-__all__ = ["damage", "filled"]
+__all__ = ["copied_alone", "damage", "filled", "wal_size"]
 
 PAGE = 4096  # bytes: SQLite's default page size, which Keel keeps
 
@@ -43,3 +44,16 @@ def damage(path: Path) -> None:
     with path.open("r+b") as file:
         file.seek((root - 1) * PAGE + 40)
         file.write(b"\xff" * 100)
+
+
+def copied_alone(db: Path, folder: Path) -> Path:
+    """``db`` copied into the new ``folder`` without its -wal and -shm, as ``cp keel.db``
+    would; the copy."""
+    folder.mkdir()
+    return Path(shutil.copyfile(db, folder / db.name))
+
+
+def wal_size(db: Path) -> int | None:
+    """The size of ``db``'s WAL in bytes (None: there is none)."""
+    wal = Path(f"{db}-wal")
+    return wal.stat().st_size if wal.exists() else None

@@ -13,7 +13,6 @@ processes.
 
 from __future__ import annotations
 
-import shutil
 import signal
 import sqlite3
 import subprocess
@@ -29,6 +28,7 @@ import pytest
 from keel.model import Status, Task
 from keel.store import SqliteStore
 from keel_serve import KeelServe
+from store_files import copied_alone, wal_size
 
 from .apps.harness import APPS, KEEL, WorkerProcess, eventually, fleet, worker_env
 from .checks import read_effects
@@ -80,17 +80,6 @@ def started(kind: str, db: Path, logs: Path, env: dict[str, str]) -> Iterator[Po
             process.stdin.close()
 
 
-def _alone(db: Path, folder: Path) -> Path:
-    """``db`` copied without its -wal and -shm, as ``cp keel.db`` would."""
-    folder.mkdir()
-    return Path(shutil.copyfile(db, folder / db.name))
-
-
-def _wal_size(db: Path) -> int | None:
-    wal = Path(f"{db}-wal")
-    return wal.stat().st_size if wal.exists() else None
-
-
 async def _effects(path: Path, step: str, count: int) -> dict[str, list[dict[str, object]]]:
     """Wait until ``count`` tasks have a ``step`` effect; the effects by task."""
 
@@ -130,8 +119,8 @@ async def test_a_signal_gives_tasks_back_and_leaves_the_file_whole(
             process.send_signal(signum)
             assert process.wait(timeout=STOP_WITHIN) == 0
 
-            assert _wal_size(db) in (None, 0), "the WAL was folded into keel.db"
-            copy = SqliteStore(_alone(db, tmp_path / "copy"))
+            assert wal_size(db) in (None, 0), "the WAL was folded into keel.db"
+            copy = SqliteStore(copied_alone(db, tmp_path / "copy"))
             try:
                 tasks = {t.task_id: t for t in await copy.list()}
                 assert set(tasks) == {t.task_id for t in made}

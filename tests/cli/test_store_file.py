@@ -2,6 +2,7 @@
 that is not one, in-process (click's CliRunner).
 
 Backups while a real ``keel serve`` writes are in ``tests/acceptance/test_store_file.py``.
+Each test runs in its own directory without ``$KEEL_STORE`` (``conftest.py``).
 """
 
 from __future__ import annotations
@@ -15,13 +16,6 @@ from click.testing import CliRunner, Result
 from keel.cli.app import cli
 from keel.store import SqliteStore
 from store_files import damage, filled
-
-
-@pytest.fixture(autouse=True)
-def no_env_store(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No test sees the caller's $KEEL_STORE, and each runs in its own directory."""
-    monkeypatch.delenv("KEEL_STORE", raising=False)
-    monkeypatch.chdir(tmp_path)
 
 
 def keel(*args: str) -> Result:

@@ -5,7 +5,6 @@ new store appears whole, and a damaged one fails its checks."""
 from __future__ import annotations
 
 import re
-import shutil
 import sqlite3
 import threading
 from pathlib import Path
@@ -16,21 +15,9 @@ import pytest
 from keel import NotAStore, StoreDamaged, TaskStore
 from keel.model import Status
 from keel.store import SqliteStore
-from store_files import damage, filled
+from store_files import copied_alone, damage, filled, wal_size
 
 pytestmark = pytest.mark.anyio
-
-
-def _alone(db: Path, folder: Path) -> Path:
-    """``db`` copied without its -wal and -shm, as ``cp keel.db`` would."""
-    folder.mkdir()
-    return Path(shutil.copyfile(db, folder / db.name))
-
-
-def _wal_size(db: Path) -> int | None:
-    """The size of ``db``'s WAL in bytes (None: there is none)."""
-    wal = Path(f"{db}-wal")
-    return wal.stat().st_size if wal.exists() else None
 
 
 def _task_ids(db: Path) -> set[str]:
@@ -47,10 +34,10 @@ async def test_close_folds_the_wal_into_the_file(tmp_path):
     store = SqliteStore(db)
     made = [await store.create(name="job") for _ in range(50)]
     await store.cancel(made[0].task_id)
-    assert _wal_size(db), "the rows are in the WAL while the store is open"
+    assert wal_size(db), "the rows are in the WAL while the store is open"
     await store.close()
-    assert _wal_size(db) is None
-    copy = _alone(db, tmp_path / "copy")
+    assert wal_size(db) is None
+    copy = copied_alone(db, tmp_path / "copy")
     assert _task_ids(copy) == {t.task_id for t in made}
     reopened = SqliteStore(copy)
     try:
@@ -68,8 +55,8 @@ async def test_close_folds_the_wal_in_while_another_connection_stays_open(tmp_pa
     try:
         made = [await store.create(name="job") for _ in range(20)]
         await store.close()
-        assert _wal_size(db) == 0
-        assert _task_ids(_alone(db, tmp_path / "copy")) == {t.task_id for t in made}
+        assert wal_size(db) == 0
+        assert _task_ids(copied_alone(db, tmp_path / "copy")) == {t.task_id for t in made}
         assert len(await other.list()) == 20
     finally:
         await other.close()
