@@ -10,11 +10,13 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import anyio
 import pytest
 from click.testing import CliRunner, Result
 
 from keel.cli.app import cli
-from keel.store import SqliteStore
+from keel.store import SqliteStore, open_store
+from postgres.pg import drop_schema, new_schema, require_postgres, store_url
 from store_files import damage, filled
 
 
@@ -175,3 +177,32 @@ def test_backup_of_postgresql_says_how_to_use_pg_dump() -> None:
     error = one_error(keel("--store", "postgresql://keel:secret@db.example/keel", "backup", "x"))
     assert "pg_dump --format=custom --file x" in error
     assert "secret" not in error
+
+
+@pytest.mark.postgres
+def test_check_on_postgresql_prints_the_schema_version_and_the_tasks_per_status() -> None:
+    """keel check on PostgreSQL: connected, the schema version, the count per status."""
+    require_postgres()
+    schema = new_schema()
+    try:
+        url = store_url(schema)
+
+        async def two_tasks() -> None:
+            store = open_store(url)
+            try:
+                task = await store.create(name="job")
+                await store.cancel(task.task_id)
+                await store.create(name="job")
+            finally:
+                await store.close()
+
+        anyio.run(two_tasks)
+        result = keel("--store", url, "check")
+        assert result.exit_code == 0, result.stderr
+        first, second = result.stdout.splitlines()
+        assert first.endswith(f"(schema {schema}): connected, schema readable, schema version 1")
+        assert (
+            second == "tasks: 2 (working 1, input_required 0, completed 0, failed 0, cancelled 1)"
+        )
+    finally:
+        drop_schema(schema)

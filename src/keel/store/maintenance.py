@@ -93,8 +93,11 @@ async def check(location: str | os.PathLike[str] | None = None) -> CheckReport:
             await anyio.to_thread.run_sync(lambda: store.verify(thorough=True))
             where, integrity, version = str(store.path), "integrity check ok", store.schema_version
         else:
-            where, integrity = redact(loc.url), "connected, schema readable"
-            version = int(getattr(store, "schema_version", 0))
+            from keel.store.postgres import PostgresStore  # loaded: the store is one
+
+            assert isinstance(store, PostgresStore)
+            where, integrity = store.options.display, "connected, schema readable"
+            version = store.schema_version
         counts = await store.counts()
     finally:
         await store.close()
