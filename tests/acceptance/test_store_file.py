@@ -13,6 +13,7 @@ processes.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sqlite3
 import subprocess
@@ -24,6 +25,7 @@ from typing import Any
 
 import anyio
 import pytest
+from mcp import Client
 
 from keel.model import Status, Task
 from keel.store import SqliteStore
@@ -156,6 +158,43 @@ async def test_a_signal_gives_tasks_back_and_leaves_the_file_whole(
             assert done.result["structuredContent"]["first"] == firsts[0]["nonce"]
             history = await store.history(task.task_id)
             assert not any("expired" in event.reason for event in history), history
+    finally:
+        await store.close()
+
+
+async def test_serve_exits_in_time_with_a_request_still_open(tmp_path: Path) -> None:
+    """SIGTERM while a plain client's tools/call waits inline for a task that never ends:
+    the request is cut after its grace, and keel serve still exits 0 within 10 s with
+    the task given back and the WAL folded in."""
+    db, effects = tmp_path / "keel.db", tmp_path / "effects.jsonl"
+    env = worker_env(effects, lease=LEASE, KEEL_TEST_HOLD="1", KEEL_STORE="")
+    server = KeelServe(
+        ["--app", "steps_app:app", "--store", str(db)], cwd=APPS, env=env, log=tmp_path / "s.log"
+    )
+    server.start()
+    try:
+        await server.ready()
+        async with Client(server.url) as client, anyio.create_task_group() as tg:
+
+            async def call() -> None:
+                with contextlib.suppress(Exception):  # cut by the stop: any error will do
+                    await client.call_tool("step_then_hold", {})
+
+            tg.start_soon(call)
+            held = await _effects(effects, "holding", 1)
+            assert server.process is not None
+            server.process.send_signal(signal.SIGTERM)
+            code = await anyio.to_thread.run_sync(lambda: server.process.wait(STOP_WITHIN))
+            assert code == 0, server.output()
+            tg.cancel_scope.cancel()
+    finally:
+        server.stop()
+    assert wal_size(db) is None
+    store = SqliteStore(db)
+    try:
+        [task_id] = held
+        task = await store.get(task_id)
+        assert (task.status, task.lease_owner) == (Status.WORKING, None)
     finally:
         await store.close()
 

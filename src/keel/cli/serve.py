@@ -340,7 +340,7 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
     says otherwise; with PostgreSQL, several `keel serve --no-worker` front ends and
     `keel worker` processes can share one database.
     """
-    from keel.mcp.serving import ServeSettings, exit_on_signals, run_stdio
+    from keel.mcp.serving import ServeSettings, run_http, run_stdio
     from keel.store.maintenance import verify
 
     started = time.monotonic()
@@ -378,10 +378,7 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
     if transport == "stdio":
         run_stdio(served.server, settings.closed)  # SIGTERM: tasks given back, store closed
         return
-    exit_on_signals()  # uvicorn stops gracefully on SIGTERM / SIGINT, then we exit 0
-    served.server.run(
-        "streamable-http", host=host, port=port, streamable_http_path="/mcp", json_response=True
-    )
+    run_http(served.server, host=host, port=port, streamable_http_path="/mcp", json_response=True)
 
 
 def _build(

@@ -56,12 +56,13 @@ __all__ = [
     "ServeSettings",
     "Served",
     "app_server",
-    "exit_on_signals",
+    "run_http",
     "run_stdio",
     "serve_keel_app",
 ]
 
 STOP_WAIT = 9.0  # seconds a signalled stdio server waits for its lifespan to close the store
+REQUEST_GRACE = 2  # seconds (uvicorn takes whole ones) open requests get after a signal
 
 Lifespan = Callable[[MCPServer[Any]], AbstractAsyncContextManager[dict[str, Any]]]
 
@@ -124,13 +125,37 @@ def _closing(lifespan: Lifespan, app: Keel, closed: threading.Event | None) -> L
     return closing
 
 
-def exit_on_signals() -> None:
+def run_http(server: MCPServer[Any], *, host: str, port: int, **options: Any) -> None:
+    """Serve ``server`` over streamable HTTP until SIGTERM / SIGINT, then exit 0 within
+    10 s: requests still open :data:`REQUEST_GRACE` seconds after the signal (a plain
+    client's ``tools/call`` waiting for a long task) are cut, then the lifespan ends (the
+    workers give their tasks back, the store is closed). ``options`` go to the SDK's
+    ``streamable_http_app``.
+
+    The SDK's ``run("streamable-http")`` builds its own uvicorn config, without a bound
+    on the graceful shutdown: an open request kept the process from ever exiting. Its
+    lowest public seam, ``streamable_http_app``, is served here with uvicorn as it does.
+    """
+    import uvicorn  # the SDK's own HTTP server, imported as it does: only when serving
+
+    app = server.streamable_http_app(host=host, **options)
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=server.settings.log_level.lower(),
+        timeout_graceful_shutdown=REQUEST_GRACE,
+    )
+    _exit_zero_on_signals()
+    anyio.run(uvicorn.Server(config).serve)
+
+
+def _exit_zero_on_signals() -> None:
     """SIGTERM and SIGINT end the process with exit code 0, wherever they come.
 
-    While uvicorn serves, it holds both signals itself: it stops gracefully (the
-    lifespan ends: tasks given back, the store closed), then puts these handlers back
-    and raises the signal again, which now ends the process with code 0, not a death by
-    SIGTERM or a KeyboardInterrupt traceback.
+    While uvicorn serves, it holds both signals itself: it stops gracefully, then puts
+    these handlers back and raises the signal again, which now ends the process with
+    code 0, not a death by SIGTERM or a KeyboardInterrupt traceback.
     """
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _exit_zero)

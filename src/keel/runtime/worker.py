@@ -69,7 +69,7 @@ CLAIM_INTERVAL = 0.5  # seconds between claims when the queue was empty
 WATCH_INTERVAL = 0.2  # seconds between cancellation checks of running tasks
 RECOVER_INTERVAL = 0.5  # seconds between sweeps for expired leases (a read when none)
 PURGE_INTERVAL = 60.0  # seconds between purges of finished tasks past their TTL
-SHUTDOWN_GRACE = 6.0  # seconds a stopping worker waits for its attempts to give tasks back
+SHUTDOWN_GRACE = 5.0  # seconds a stopping worker waits for its attempts to give tasks back
 SHUTTING_DOWN = "worker shutting down"
 """Why an attempt stopped when its worker stops: its task is given back (released)."""
 
