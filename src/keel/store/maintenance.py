@@ -61,7 +61,7 @@ class BackupReport:
 
 def verify(store: Store) -> None:
     """Refuse to serve from a damaged SQLite file (``PRAGMA quick_check``: it reads every
-    page, about a second per GB). Other stores check themselves.
+    page, a few seconds per GB). Other stores check themselves.
 
     Raises:
         StoreDamaged: the quick check failed.
@@ -85,8 +85,8 @@ async def check(location: str | os.PathLike[str] | None = None) -> CheckReport:
     loc = parse_location(text)
     if loc.kind == "memory":
         raise ConfigurationError("memory:// has no store to check")
-    if loc.kind == "sqlite" and loc.path is not None and not loc.path.exists():
-        raise ConfigurationError(f"no store at {loc.path} (choose one with --store or $KEEL_STORE)")
+    if loc.kind == "sqlite" and loc.path is not None:
+        _require_file(loc.path)
     store = open_store(text)
     try:
         if isinstance(store, SqliteStore):
@@ -179,14 +179,23 @@ def _place(draft: Path, target: Path) -> int:
         raise StoreError(f"cannot write backup {target}: {exc.strerror or exc}") from exc
 
 
+def _require_file(path: Path) -> None:
+    """Refuse a missing store file (checking one must not create it).
+
+    Raises:
+        ConfigurationError: there is no file at ``path``.
+    """
+    if not path.exists():
+        raise ConfigurationError(f"no store at {path} (choose one with --store or $KEEL_STORE)")
+
+
 def _check_dest(source: Path, dest: Path, *, force: bool) -> None:
     """Refuse a ``dest`` that would lose something or cannot be written.
 
     Raises:
         ConfigurationError: see :func:`backup`.
     """
-    if not source.exists():
-        raise ConfigurationError(f"no store at {source} (choose one with --store or $KEEL_STORE)")
+    _require_file(source)
     if dest.is_dir():
         raise ConfigurationError(f"backup destination {dest} is a folder; name the file to write")
     if not dest.parent.is_dir():

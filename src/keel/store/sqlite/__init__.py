@@ -195,7 +195,7 @@ class SqliteStore(TxStore):
         return self._db.check("integrity_check")[0]
 
     def verify(self, *, thorough: bool = False) -> None:
-        """Check the file: ``PRAGMA quick_check`` (seconds per GB: before serving from it),
+        """Check the file: ``PRAGMA quick_check`` (a few seconds per GB: before serving),
         or with ``thorough`` the full ``PRAGMA integrity_check`` (indexes too).
 
         Raises:
