@@ -40,7 +40,6 @@ from keel.store.sqlite.faults import fault_of, is_busy, translate
 
 __all__ = [
     "CACHE_KIB",
-    "CLOSE_WAIT",
     "DEFAULT_BUSY_TIMEOUT",
     "SCHEMA_VERSION",
     "SQLITE_HEADER",
@@ -61,7 +60,6 @@ DEFAULT_BUSY_TIMEOUT = 30.0  # seconds a writer waits for another process's lock
 CACHE_KIB = 64 * 1024  # page cache per connection, KiB
 WAL_LIMIT_BYTES = 64 * 1024 * 1024  # a WAL larger than this is truncated after checkpoints
 
-CLOSE_WAIT = 2.0  # seconds a close waits for other connections to let it fold the WAL in
 SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database
 _DAMAGED = frozenset({"SQLITE_CORRUPT", "SQLITE_NOTADB"})  # what a failed check raises
 _NO_HARD_LINKS = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK})
@@ -276,12 +274,16 @@ class Connection:
 
     def _fold_wal(self) -> None:
         """``wal_checkpoint(TRUNCATE)``: every committed row into the database file and
-        the WAL emptied, so that the file alone is the whole store. Another process still
-        reading may keep it from finishing: then the last connection to close folds it in
-        (SQLite does so on its own), and this one only says so."""
+        the WAL emptied, so that the file alone is the whole store.
+
+        It never waits (``busy_timeout`` is 0 here): a checkpoint that waits for another
+        process's reader blocks every writer meanwhile, and a ``keel tasks list`` must not
+        stall a server's writes. If another process is writing or reading an older
+        snapshot just then, the last connection to close folds the WAL in instead (SQLite
+        does so on its own), and this one only says so.
+        """
         try:
             self.rollback()
-            self.sql.execute(f"PRAGMA busy_timeout = {int(CLOSE_WAIT * 1000)}")
             busy = self.sql.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
         except sqlite3.Error as exc:
             log.warning("could not fold the WAL in on close: %s", self.fail(exc))
