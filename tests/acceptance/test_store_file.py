@@ -5,7 +5,8 @@ processes.
   tasks: it exits 0 within 10 s, its running attempts given back (released: no lease
   left to expire, steps kept), and its store closed with the WAL folded in, so that
   ``keel.db`` copied alone holds every task; another worker then finishes them from
-  their recorded steps.
+  their recorded steps. A request still open (a plain client's ``tools/call`` waiting
+  for a task that never ends) does not hold ``keel serve`` past those 10 s.
 * ``keel backup`` while a ``keel serve`` runs tasks and the test keeps creating more:
   the copy passes ``integrity_check`` on its own and holds every task acknowledged
   before the backup began.
