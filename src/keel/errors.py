@@ -19,9 +19,11 @@ Callers catch these, never driver exceptions: adapters translate ``sqlite3`` (an
     │   └── PayloadTooLarge     arguments, input, result or step value over the size limit
     ├── ImportFailed            a teaching-store JSON file that cannot be imported whole
     ├── ConfigurationError      a bad store location or option
-    ├── StoreError              the storage itself failed (I/O, corruption)
-    │   └── StoreUnavailable    unreachable, locked, out of disk or read-only for now:
-    │                           names the store and the cause; retry after ``retry_after``
+    ├── StoreError              the storage itself failed (I/O, corruption, busy too long)
+    │   ├── StoreUnavailable    unreachable, locked, out of disk or read-only for now:
+    │   │                       names the store and the cause; retry after ``retry_after``
+    │   ├── NotAStore           an existing file that is empty or not a SQLite database
+    │   └── StoreDamaged        a store whose integrity check (or quick check) fails
     │
     │   handlers and the runtime (``keel.runtime`` re-exports these three):
     ├── ToolError               raised by a handler: its task completes with ``isError: true``
@@ -50,7 +52,9 @@ __all__ = [
     "InvalidTransition",
     "KeelError",
     "LeaseLost",
+    "NotAStore",
     "PayloadTooLarge",
+    "StoreDamaged",
     "StoreError",
     "StoreUnavailable",
     "TaskAlreadyTerminal",
@@ -273,6 +277,46 @@ class StoreUnavailable(StoreError):
         self.store = store
         self.cause = cause
         self.retry_after = retry_after
+
+
+class NotAStore(StoreError):
+    """An existing store file that Keel will not open: empty (zero bytes) or not a SQLite
+    database. It is never taken for a new, empty store (that would hide the tasks it was
+    meant to hold); a missing file is.
+
+    Attributes:
+        path: the file.
+        reason: what is wrong with it (``"is empty (0 bytes)"``).
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(
+            f"store {path} {reason}, not a Keel store: check --store (or $KEEL_STORE), "
+            "restore the file from a backup (keel backup), or move it away to start a new store"
+        )
+        self.path = path
+        self.reason = reason
+
+
+class StoreDamaged(StoreError):
+    """A store whose integrity check (``keel check``) or quick check (``keel serve``,
+    ``keel worker``) fails: serving from it could lose or corrupt tasks.
+
+    Attributes:
+        path: the store.
+        problems: what the check reported (SQLite's own words), first problems first.
+    """
+
+    def __init__(self, path: str, check: str, problems: Sequence[str]) -> None:
+        shown = "; ".join(problems[:3])
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        full = "; keel check gives the full report" if check == "quick check" else ""
+        super().__init__(
+            f"store {path} failed its {check}: {shown}{more}; restore it from a backup "
+            f"(one made by keel backup){full}"
+        )
+        self.path = path
+        self.problems = list(problems)
 
 
 class ToolError(KeelError):

@@ -187,6 +187,31 @@ async def test_purge_honours_its_limit(store, clock):
     assert await store.list() == []
 
 
+# --- counts -----------------------------------------------------------------------------
+
+
+async def test_counts_are_every_status_zeros_included(store):
+    """counts() names every status, with 0 for those no task has: an empty store is all
+    zeros, and each task counts once, in its current status."""
+    assert await store.counts() == dict.fromkeys(Status, 0)
+    await store.create()
+    await store.create(input_requests={"svc": ask()})
+    done = await claimed(store)
+    await store.complete(done.task_id, {"content": []}, fence=done.fence)
+    cancelled = await store.create()
+    await store.cancel(cancelled.task_id)
+    before = await everything(store)
+    counts = await store.counts()
+    assert counts == {
+        **dict.fromkeys(Status, 0),
+        Status.WORKING: 1,
+        Status.INPUT_REQUIRED: 1,
+        Status.COMPLETED: 1,
+        Status.CANCELLED: 1,
+    }
+    assert await everything(store) == before, "counting changes nothing"
+
+
 # --- list -------------------------------------------------------------------------------
 
 

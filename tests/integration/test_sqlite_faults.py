@@ -8,13 +8,14 @@ error chained under it, whose code ``keel.store.sqlite.faults`` translated.
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from keel.errors import StoreError, StoreUnavailable
+from keel.errors import NotAStore, StoreError, StoreUnavailable
 from keel.model import Status
 from keel.store import SqliteStore
 from runtime.support import outcome_through_outage
@@ -69,14 +70,14 @@ async def test_a_lock_held_past_the_busy_timeout_is_busy(db, locked):
     "content", [b"not a database, a JSON file\n" * 200, b"\x00" * 4096], ids=["text", "zeros"]
 )
 def test_a_file_that_is_not_a_database_is_unreadable(tmp_path, content):
-    """Opening a file that is not SQLite: "not a readable Keel SQLite store", from
-    SQLITE_NOTADB; the file is left as it was."""
+    """Opening a file that is not SQLite: NotAStore, read from its header before SQLite
+    opens it; the file is left as it was, and no -wal or -shm appears beside it."""
     path = tmp_path / "tasks.json"
     path.write_bytes(content)
-    with pytest.raises(StoreError, match="not a readable Keel SQLite store") as info:
+    with pytest.raises(NotAStore, match=re.escape(f"store {path} is not a SQLite database")):
         SqliteStore(path)
-    assert _code(info.value) == "SQLITE_NOTADB"
     assert path.read_bytes() == content
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tasks.json"]
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes read-only files anyway")
@@ -118,13 +119,11 @@ async def test_a_read_only_connection_cannot_write(db):
 
 
 def test_a_folder_in_place_of_the_file_cannot_be_opened(tmp_path):
-    """A directory where the database file should be: "cannot open store", from
-    SQLITE_CANTOPEN."""
+    """A directory where the database file should be: NotAStore, "is a folder"."""
     path = tmp_path / "keel.db"
     path.mkdir()
-    with pytest.raises(StoreError, match=f"cannot open store {path}") as info:
+    with pytest.raises(NotAStore, match=re.escape(f"store {path} is a folder")):
         SqliteStore(path)
-    assert _code(info.value).startswith("SQLITE_CANTOPEN")
 
 
 async def test_a_full_disk_is_named_and_writes_nothing(db):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from keel import ConfigurationError, StoreError
+from keel import ConfigurationError, NotAStore, StoreError
 from keel.store import SqliteStore
 from keel.store.sqlfiles import load_migrations
 from keel.store.sqlite import SCHEMA_VERSION
@@ -113,14 +113,14 @@ def test_newer_schema_is_refused(db):
     ids=["text", "zeros"],
 )
 def test_non_database_file_is_refused_clearly(tmp_path, content):
-    """Opening a file that is not SQLite raises StoreError with a clear message, not sqlite3."""
+    """Opening a file that is not SQLite raises NotAStore with a clear message, not sqlite3."""
     path = tmp_path / "tasks.json"
     path.write_bytes(content)
-    with pytest.raises(StoreError) as info:
+    with pytest.raises(NotAStore) as info:
         SqliteStore(path)
-    assert not isinstance(info.value, sqlite3.Error)
+    assert isinstance(info.value, StoreError)
     assert str(path) in str(info.value)
-    assert "not a readable Keel SQLite store" in str(info.value)
+    assert "not a SQLite database" in str(info.value)
     assert path.read_bytes() == content, "a file that is not ours is left alone"
 
 

@@ -24,6 +24,7 @@ from keel.cli.common import (
     store_option,
 )
 from keel.cli.db import db
+from keel.cli.maintenance import backup, check
 from keel.cli.serve import serve
 from keel.cli.tasks import tasks
 from keel.cli.worker import worker
@@ -117,6 +118,8 @@ cli.add_command(worker)
 cli.add_command(serve)
 cli.add_command(bridge)
 cli.add_command(db)
+cli.add_command(check)
+cli.add_command(backup)
 
 
 def main() -> None:

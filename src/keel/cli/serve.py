@@ -350,7 +350,8 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
     says otherwise; with PostgreSQL, several `keel serve --no-worker` front ends and
     `keel worker` processes can share one database.
     """
-    from keel.mcp.serving import ServeSettings
+    from keel.mcp.serving import ServeSettings, run_http, run_stdio
+    from keel.store.maintenance import verify
 
     started = time.monotonic()
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING)
@@ -367,7 +368,7 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
     served = _build(ctx, app_spec, settings, app_options)
     if served.app.location is not None:  # the app opens it: with the timeout
         served.app.use_store(served.app.location, timeout=store_timeout)
-    served.app.store  # noqa: B018 - open the store now: one clear error if it cannot be opened
+    verify(served.app.store)  # open the store now: one clear error if it cannot be served from
     if transport == "http" and not check:
         _check_port(host, port)
     endpoint = "stdio" if transport == "stdio" else f"http://{host}:{port}/mcp"
@@ -387,11 +388,9 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
     if check:
         return
     if transport == "stdio":
-        served.server.run("stdio")
+        run_stdio(served.server, settings.closed)  # SIGTERM: tasks given back, store closed
         return
-    served.server.run(
-        "streamable-http", host=host, port=port, streamable_http_path="/mcp", json_response=True
-    )
+    run_http(served.server, host=host, port=port, streamable_http_path="/mcp", json_response=True)
 
 
 def _build(

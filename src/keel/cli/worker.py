@@ -17,6 +17,7 @@ from keel.cli.common import (
     store_timeout_option,
 )
 from keel.store import ENV_VAR, parse_location
+from keel.store.maintenance import verify
 
 __all__ = ["worker"]
 
@@ -75,7 +76,7 @@ def worker(  # noqa: PLR0917 - click passes every option as an argument
         app.use_store(app.location, timeout=store_timeout)
     if app.location is not None and parse_location(app.location).kind == "memory":
         raise KeelCliError("keel worker cannot use memory://: no other process could see its tasks")
-    app.store  # noqa: B018 - open the store now: one clear error if it cannot be opened
+    verify(app.store)  # open the store now: one clear error if it cannot be served from
     runner = Worker(app, concurrency=concurrency, worker_id=worker_id)
 
     async def run() -> None:
@@ -97,7 +98,8 @@ def worker(  # noqa: PLR0917 - click passes every option as an argument
                     err=True,
                 )
                 await stop.wait()
-                tg.cancel_scope.deadline = anyio.current_time() + 35
-        await app.close()
+                # The worker gives its tasks back within its grace; then it is cut short.
+                tg.cancel_scope.deadline = anyio.current_time() + runner.shutdown_grace + 1
+        await app.close()  # folds a SQLite store's WAL in: the file alone is the store
 
     anyio.run(run)

@@ -443,7 +443,17 @@ class TasksExtension(Extension):
 def keel_lifespan(
     app: Keel, *, concurrency: int = 4, run_workers: bool = True
 ) -> Callable[[MCPServer[Any]], AbstractAsyncContextManager[dict[str, Any]]]:
-    """A ``MCPServer(lifespan=…)`` that runs the app's workers in the server process."""
+    """A ``MCPServer(lifespan=…)`` that runs the app's workers in the server process.
+
+    When it ends, the workers stop the way a stopped ``keel worker`` does, giving their
+    tasks back, even when the server was cancelled from outside (stdio on SIGTERM).
+    """
+
+    async def run_until_stopped(worker: Worker, stop: anyio.Event) -> None:
+        # Shielded: a cancelled server still stops its worker the graceful way (set
+        # ``stop``), within the worker's own shutdown grace.
+        with anyio.CancelScope(shield=True):
+            await worker.run(stop=stop)
 
     @asynccontextmanager
     async def lifespan(_server: MCPServer[Any]) -> AsyncIterator[dict[str, Any]]:
@@ -453,9 +463,9 @@ def keel_lifespan(
         worker = Worker(app, concurrency=concurrency)
         stop = anyio.Event()
         async with anyio.create_task_group() as tg:
-            tg.start_soon(lambda: worker.run(stop=stop))
-            await worker.started.wait()
+            tg.start_soon(run_until_stopped, worker, stop)
             try:
+                await worker.started.wait()
                 yield {"keel_worker": worker}
             finally:
                 stop.set()

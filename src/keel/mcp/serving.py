@@ -33,10 +33,18 @@ A plain Keel app (``--app MODULE:ATTR``) needs none of these: :func:`serve_keel_
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+import signal
+import sys
+import threading
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import anyio
+import anyio.to_thread
 from mcp.server import MCPServer
 
 from keel.mcp.server import TasksExtension, keel_lifespan
@@ -44,7 +52,19 @@ from keel.mcp.state_key import request_state_security
 from keel.mcp.version import keel_version
 from keel.runtime import Keel
 
-__all__ = ["ServeSettings", "Served", "app_server", "serve_keel_app"]
+__all__ = [
+    "ServeSettings",
+    "Served",
+    "app_server",
+    "run_http",
+    "run_stdio",
+    "serve_keel_app",
+]
+
+STOP_WAIT = 9.0  # seconds a signalled stdio server waits for its lifespan to close the store
+REQUEST_GRACE = 2  # seconds (uvicorn takes whole ones) open requests get after a signal
+
+Lifespan = Callable[[MCPServer[Any]], AbstractAsyncContextManager[dict[str, Any]]]
 
 
 def app_server(
@@ -55,6 +75,8 @@ def app_server(
     concurrency: int = 4,
     run_workers: bool = True,
     state_dir: Path | None = None,
+    close_store: bool = False,
+    closed: threading.Event | None = None,
 ) -> MCPServer[Any]:
     """An ``MCPServer`` named ``name`` serving ``app``'s tasks through the tasks extension
     (and the 2025-11-25 tasks protocol, :mod:`keel.mcp.v2025`), with ``concurrency``
@@ -65,18 +87,113 @@ def app_server(
     so a client asked for input before a restart can still answer after it; without one
     the key lives in this process only.
 
+    ``close_store``: the lifespan closes the app's store when it ends, once the workers
+    have given their tasks back (``keel serve``, whose process ends with it: closing a
+    SQLite store folds its WAL into the file). Off for servers that tests connect to
+    several times. ``closed``, if given, is set once the store is closed.
+
     Raises:
         ConfigurationError: the request-state key cannot be read or is too short.
     """
     tasks = TasksExtension(app, rate_limit_polls=rate_limit_polls)
+    lifespan = keel_lifespan(app, concurrency=concurrency, run_workers=run_workers)
     return MCPServer(
         name,
         version=keel_version(),
         request_state_security=request_state_security(state_dir),
         extensions=[tasks],
         middleware=[tasks.middleware()],  # the 2025-11-25 tasks protocol on the same tasks
-        lifespan=keel_lifespan(app, concurrency=concurrency, run_workers=run_workers),
+        lifespan=_closing(lifespan, app, closed) if close_store else lifespan,
     )
+
+
+def _closing(lifespan: Lifespan, app: Keel, closed: threading.Event | None) -> Lifespan:
+    """``lifespan``, then the app's store closed (shielded: a cancelled server closes it
+    too), then ``closed`` set."""
+
+    @asynccontextmanager
+    async def closing(server: MCPServer[Any]) -> AsyncIterator[dict[str, Any]]:
+        try:
+            async with lifespan(server) as state:
+                yield state
+        finally:
+            with anyio.CancelScope(shield=True):
+                await app.close()
+            if closed is not None:
+                closed.set()
+
+    return closing
+
+
+def run_http(server: MCPServer[Any], *, host: str, port: int, **options: Any) -> None:
+    """Serve ``server`` over streamable HTTP until SIGTERM / SIGINT, then exit 0 within
+    10 s: requests still open :data:`REQUEST_GRACE` seconds after the signal (a plain
+    client's ``tools/call`` waiting for a long task) are cut, then the lifespan ends (the
+    workers give their tasks back, the store is closed). ``options`` go to the SDK's
+    ``streamable_http_app``.
+
+    The SDK's ``run("streamable-http")`` builds its own uvicorn config, without a bound
+    on the graceful shutdown: an open request kept the process from ever exiting. Its
+    lowest public seam, ``streamable_http_app``, is served here with uvicorn as it does.
+    """
+    import uvicorn  # the SDK's own HTTP server, imported as it does: only when serving
+
+    app = server.streamable_http_app(host=host, **options)
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=server.settings.log_level.lower(),
+        timeout_graceful_shutdown=REQUEST_GRACE,
+    )
+    _exit_zero_on_signals()
+    anyio.run(uvicorn.Server(config).serve)
+
+
+def _exit_zero_on_signals() -> None:
+    """SIGTERM and SIGINT end the process with exit code 0, wherever they come.
+
+    While uvicorn serves, it holds both signals itself: it stops gracefully, then puts
+    these handlers back and raises the signal again, which now ends the process with
+    code 0, not a death by SIGTERM or a KeyboardInterrupt traceback.
+    """
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, _exit_zero)
+
+
+def _exit_zero(_signum: int, _frame: object) -> None:
+    raise SystemExit(0)
+
+
+def run_stdio(server: MCPServer[Any], closed: threading.Event) -> None:
+    """Serve ``server`` over stdio until stdin ends or SIGTERM / SIGINT comes; ``closed``
+    is set when its lifespan has closed the store (:attr:`ServeSettings.closed`).
+
+    The SDK's ``run("stdio")`` leaves SIGTERM to Python's default, which ends the process
+    at once: no task given back, the store never closed. Here a signal cancels the
+    serving, so its lifespan ends as at the end of stdin (the workers give their tasks
+    back, the store is closed); then the process exits, since the SDK's stdin reader
+    stays blocked in a thread until a line or the end of stdin comes.
+    """
+
+    async def until_signal() -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async with anyio.create_task_group() as tg:
+
+                async def stop_on_signal() -> None:
+                    async for _ in signals:
+                        tg.cancel_scope.cancel()
+                        with anyio.CancelScope(shield=True):
+                            await anyio.to_thread.run_sync(closed.wait, STOP_WAIT)
+                        sys.stdout.flush()
+                        sys.stderr.flush()
+                        os._exit(0)
+
+                tg.start_soon(stop_on_signal)
+                await server.run_stdio_async()
+                tg.cancel_scope.cancel()
+
+    anyio.run(until_signal)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +208,8 @@ class ServeSettings:
     run_workers: bool = True
     concurrency: int = 4  # tasks run at once by this process's workers
     rate_limit_polls: bool = False
+    closed: threading.Event = field(default_factory=threading.Event, compare=False)
+    """Set once the server's lifespan has closed the store (see :func:`run_stdio`)."""
 
     def server_for(self, app: Keel, name: str) -> MCPServer[Any]:
         """:func:`app_server` of ``app`` with these settings.
@@ -105,6 +224,8 @@ class ServeSettings:
             concurrency=self.concurrency,
             run_workers=self.run_workers,
             state_dir=self.data_dir,
+            close_store=True,  # keel serve: the process ends with the server
+            closed=self.closed,
         )
 
 

@@ -71,7 +71,7 @@ from keel.runtime.outcomes import (
 from keel.store import Store
 from keel.store.protocol import WakeUps
 
-__all__ = ["Worker"]
+__all__ = ["SHUTDOWN_GRACE", "Worker"]
 
 log = logging.getLogger("keel.worker")
 
@@ -79,6 +79,7 @@ CLAIM_INTERVAL = 0.5  # seconds between claims when the queue was empty
 WATCH_INTERVAL = 0.2  # seconds between cancellation checks of running tasks
 RECOVER_INTERVAL = 0.5  # seconds between sweeps for expired leases (a read when none)
 PURGE_INTERVAL = 60.0  # seconds between purges of finished tasks past their TTL
+SHUTDOWN_GRACE = 5.0  # seconds a stopping worker waits for its attempts to give tasks back
 SHUTTING_DOWN = "worker shutting down"
 """Why an attempt stopped when its worker stops: its task is given back (released)."""
 UNRENEWED = "lease could not be renewed before it expired"
@@ -109,6 +110,8 @@ class Worker:
         app: the :class:`~keel.runtime.Keel` whose task names this worker claims.
         concurrency: attempts run at once.
         worker_id: how leases and history name this worker (default host:pid:random).
+        shutdown_grace: seconds a stop waits for running attempts to give their tasks
+            back, before it leaves the rest to their leases.
     """
 
     def __init__(
@@ -121,6 +124,7 @@ class Worker:
         watch_interval: float = WATCH_INTERVAL,
         recover_interval: float = RECOVER_INTERVAL,
         purge_interval: float = PURGE_INTERVAL,
+        shutdown_grace: float = SHUTDOWN_GRACE,
         rng: random.Random | None = None,
     ) -> None:
         if concurrency < 1:
@@ -132,6 +136,7 @@ class Worker:
         self.watch_interval = watch_interval
         self.recover_interval = recover_interval
         self.purge_interval = purge_interval
+        self.shutdown_grace = shutdown_grace
         # Jitter for retry backoff: spreading retries needs no cryptographic randomness.
         self._rng = rng or random.Random()  # noqa: S311
         self._running: dict[str, _Attempt] = {}
@@ -211,23 +216,36 @@ class Worker:
                     await anyio.sleep_forever()
                 else:
                     await stop.wait()
-                self._stopping = True
-                self._poke()
-                with anyio.fail_after(30):
-                    # A claim in flight finishes first (and gives back what it got), so no
-                    # task is left leased by a worker that is gone.
-                    await self._claims_done.wait()
-                for attempt in list(self._running.values()):
-                    attempt.stop(SHUTTING_DOWN)
-                with anyio.fail_after(30):
-                    while self._running:
-                        self._wake = anyio.Event()
-                        await self._wake.wait()
+                await self._shut_down()
                 tg.cancel_scope.cancel()
         finally:
             unlisten()
             if unsubscribe is not None:
                 unsubscribe()
+
+    async def _shut_down(self) -> None:
+        """Stop claiming, stop every running attempt and give its task back (released:
+        ready again at once, its recorded steps kept), within ``shutdown_grace`` seconds.
+        An attempt still running then (a handler that ignores cancellation) is left to
+        its lease, which expires and is recovered by any worker."""
+        self._stopping = True
+        self._poke()
+        with anyio.move_on_after(self.shutdown_grace) as grace:
+            # A claim in flight finishes first (and gives back what it got), so no task is
+            # left leased by a worker that is gone.
+            await self._claims_done.wait()
+            for attempt in list(self._running.values()):
+                attempt.stop(SHUTTING_DOWN)
+            while self._running:
+                self._wake = anyio.Event()
+                await self._wake.wait()
+        if grace.cancelled_caught:
+            log.warning(
+                "%d attempt(s) did not stop within %g s; their leases will expire: %s",
+                len(self._running),
+                self.shutdown_grace,
+                ", ".join(self._running),
+            )
 
     # --- loops -----------------------------------------------------------------------
 

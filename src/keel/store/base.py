@@ -84,6 +84,9 @@ class Tx(Protocol):
         self, status: Status | None, owner: str | None, limit: int, after: str | None
     ) -> list[Task]: ...
     def status_of(self, task_ids: Sequence[str]) -> dict[str, tuple[Status, int]]: ...
+    def counts(self) -> dict[Status, int]:
+        """How many tasks are in each status (statuses with none left out)."""
+        ...
 
 
 class Picks(Enum):
@@ -298,6 +301,10 @@ class TxStore:
         if not ids:
             return {}
         return await self._run(Op(lambda tx: tx.status_of(ids)), write=False)
+
+    async def counts(self) -> Mapping[Status, int]:
+        counted = await self._run(Op(lambda tx: tx.counts()), write=False)
+        return {status: counted.get(status, 0) for status in Status}
 
     async def history(self, task_id: str, *, owner: str | None = None) -> Sequence[Event]:
         def op(tx: Tx) -> list[Event]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 from typing import Any, TypeVar
 
@@ -163,6 +164,9 @@ class _MemoryTx:
     def status_of(self, task_ids: Sequence[str]) -> dict[str, tuple[Status, int]]:
         rows = self._d.rows
         return {i: (Status(rows[i]["status"]), rows[i]["fence"]) for i in task_ids if i in rows}
+
+    def counts(self) -> dict[Status, int]:
+        return dict(Counter(Status(r["status"]) for r in self._d.rows.values()))
 
     def page(
         self, status: Status | None, owner: str | None, limit: int, after: str | None

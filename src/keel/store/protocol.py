@@ -109,6 +109,11 @@ class Store(Protocol):
         taken over."""
         ...
 
+    async def counts(self) -> Mapping[Status, int]:
+        """How many tasks the store holds in each status (every status, zeros included),
+        from one read: what ``keel check`` prints."""
+        ...
+
     async def history(self, task_id: str, *, owner: str | None = None) -> Sequence[Event]:
         """The task's append-only history, oldest first.
 

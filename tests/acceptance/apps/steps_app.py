@@ -12,7 +12,8 @@ Environment (inherited from the test that starts the worker):
 
 * ``KEEL_TEST_EFFECTS``: the side-effect file (required by every task here);
 * ``KEEL_TEST_LEASE``: lease seconds of every task (default 1.5; short, so that a killed
-  worker's tasks are recovered quickly).
+  worker's tasks are recovered quickly);
+* ``KEEL_TEST_HOLD``: ``1`` makes ``step_then_hold`` wait, after its step, until stopped.
 """
 
 from __future__ import annotations
@@ -98,3 +99,15 @@ async def hold(ctx: TaskContext) -> None:
         await anyio.sleep_forever()
     finally:
         record_effect(ctx, "finally")
+
+
+@app.task("step_then_hold", max_attempts=MAX_ATTEMPTS, lease_seconds=LEASE)
+async def step_then_hold(ctx: TaskContext) -> dict[str, Any]:
+    """Record step ``first``; then, in a process started with ``KEEL_TEST_HOLD=1``, wait
+    until stopped; anywhere else return at once. What a stopped process gives back,
+    another one finishes, from its recorded step."""
+    first = await ctx.step("first", record_effect, ctx, "first")
+    if os.environ.get("KEEL_TEST_HOLD") == "1":
+        record_effect(ctx, "holding")
+        await anyio.sleep_forever()
+    return {"first": first["nonce"], "fence": ctx.fence}

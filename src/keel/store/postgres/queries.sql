@@ -134,6 +134,9 @@ WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
 ORDER BY seq
 LIMIT %(limit)s;
 
+-- name: count_by_status
+SELECT status, count(*) AS n FROM tasks GROUP BY status;
+
 -- name: task_statuses
 SELECT task_id, status, fence FROM tasks WHERE task_id = ANY(%(task_ids)s);
 

@@ -223,6 +223,11 @@ class PgTx:
         rows = self._cur.execute(Q["task_statuses"], {"task_ids": list(task_ids)})
         return {r["task_id"]: (Status(r["status"]), r["fence"]) for r in rows}
 
+    def counts(self) -> dict[Status, int]:
+        self._s.flush(self._cur)
+        rows = self._cur.execute(Q["count_by_status"], {})
+        return {Status(r["status"]): int(r["n"]) for r in rows}
+
     def page(
         self, status: Status | None, owner: str | None, limit: int, after: str | None
     ) -> list[Task]:

@@ -32,7 +32,7 @@ from typing import TypeVar
 
 import anyio.to_thread
 
-from keel.errors import ConfigurationError, StoreUnavailable
+from keel.errors import ConfigurationError, StoreDamaged, StoreUnavailable
 from keel.model import Limits
 from keel.store.base import Op, TxStore
 from keel.store.group_commit import Lane, run_alone
@@ -43,7 +43,7 @@ from keel.store.sqlite.connection import (
     Connection,
     Synchronous,
 )
-from keel.store.sqlite.faults import is_busy
+from keel.store.sqlite.faults import is_busy, translate
 from keel.store.sqlite.planning import CLAIMS_CONTENDED, PlanMode, Planner
 from keel.store.sqlite.tx import SqliteTx
 from keel.store.sqlite.writes import Writer
@@ -203,9 +203,41 @@ class SqliteStore(TxStore):
                 raise self._db.fail(exc) from exc
 
     def integrity_check(self) -> str:
-        """``PRAGMA integrity_check``: ``"ok"`` for a sound file."""
-        with self._db.lock:
-            return str(self._db.sql.execute("PRAGMA integrity_check").fetchone()[0])
+        """``PRAGMA integrity_check``: ``"ok"`` for a sound file, else its first problem."""
+        return self._db.check("integrity_check")[0]
+
+    def verify(self, *, thorough: bool = False) -> None:
+        """Check the file: ``PRAGMA quick_check`` (a few seconds per GB: before serving),
+        or with ``thorough`` the full ``PRAGMA integrity_check`` (indexes too).
+
+        Raises:
+            StoreDamaged: the check found problems (they are listed).
+            StoreError: the file could not be read to the end.
+        """
+        pragma = "integrity_check" if thorough else "quick_check"
+        problems = self._db.check(pragma)
+        if problems != ["ok"]:
+            raise StoreDamaged(str(self.path), pragma.replace("_", " "), problems)
+
+    def backup(self, target: Path) -> None:
+        """Write a consistent copy of the store into the new file ``target``: SQLite's
+        online backup in one step, so the copy is one snapshot of every committed row
+        while other processes keep writing. Runs in a thread (it reads the whole file).
+
+        Raises:
+            StoreError: the store cannot be read or ``target`` written.
+        """
+        with self._db.waiting() as conn:
+            try:
+                copy = sqlite3.connect(target, isolation_level=None)
+            except sqlite3.Error as exc:
+                raise translate(exc, target) from exc
+            try:
+                conn.backup(copy)
+            except sqlite3.Error as exc:
+                raise self._db.fail(exc) from exc
+            finally:
+                copy.close()
 
     async def close(self) -> None:
         # Let queued writes commit first: a caller awaiting one must get its answer.

@@ -7,6 +7,13 @@
   only around work in a thread that may wait (:meth:`Connection.waiting`).
 * Schema versions are the migrations in ``migrations/``; a file newer than this Keel is
   refused.
+* A missing file is created whole or not at all (built beside it, then linked into
+  place), so an existing file that is empty or has no SQLite header is not a store being
+  created: it is refused (:class:`~keel.errors.NotAStore`), not taken for an empty
+  store. (An empty file whose write lock another process holds is one being made the
+  old way, by an older Keel or by sqlite3: that one is opened, waiting for the lock.)
+* Closing folds the WAL into the file (``wal_checkpoint(TRUNCATE)``): after a clean
+  stop, the database file alone holds every task.
 
 A :class:`threading.Lock` serialises the connection between the event loop and worker
 threads: whoever holds it owns the connection and its open transaction.
@@ -14,7 +21,11 @@ threads: whoever holds it owns the connection and its open transaction.
 
 from __future__ import annotations
 
+import errno
+import logging
+import os
 import random
+import secrets
 import sqlite3
 import threading
 import time
@@ -23,18 +34,23 @@ from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
 
-from keel.errors import StoreError
+from keel.errors import NotAStore, StoreError
 from keel.store.sqlfiles import load_migrations
-from keel.store.sqlite.faults import is_busy, translate
+from keel.store.sqlite.faults import fault_of, is_busy, translate
 
 __all__ = [
     "CACHE_KIB",
     "DEFAULT_BUSY_TIMEOUT",
     "SCHEMA_VERSION",
+    "SQLITE_HEADER",
     "WAL_LIMIT_BYTES",
     "Connection",
     "Synchronous",
+    "check_file",
+    "remove_files",
 ]
+
+log = logging.getLogger("keel.store.sqlite")
 
 _MIGRATIONS = load_migrations("keel.store.sqlite.migrations")
 SCHEMA_VERSION = _MIGRATIONS[-1].version
@@ -43,6 +59,10 @@ SCHEMA_VERSION = _MIGRATIONS[-1].version
 DEFAULT_BUSY_TIMEOUT = 30.0  # seconds a writer waits for another process's lock
 CACHE_KIB = 64 * 1024  # page cache per connection, KiB
 WAL_LIMIT_BYTES = 64 * 1024 * 1024  # a WAL larger than this is truncated after checkpoints
+
+SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database
+_DAMAGED = frozenset({"SQLITE_CORRUPT", "SQLITE_NOTADB"})  # what a failed check raises
+_NO_HARD_LINKS = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK})
 
 _JITTER = random.Random()  # noqa: S311 - spreads lock polls; nothing secret about it
 
@@ -59,23 +79,33 @@ class Synchronous(StrEnum):
 class Connection:
     """The open connection of one store, with the lock that serialises its use.
 
+    Args:
+        new: ``path`` is a draft this module is creating (see :func:`_create`), not a
+            store to check or create.
+
     Raises:
+        NotAStore: an existing file that is empty or not a SQLite database.
         StoreError: the file cannot be opened as a Keel store, or its schema is newer than
             this Keel understands.
     """
 
-    def __init__(self, path: Path, *, synchronous: Synchronous, busy_timeout: float) -> None:
+    def __init__(
+        self, path: Path, *, synchronous: Synchronous, busy_timeout: float, new: bool = False
+    ) -> None:
         self.path = path
         self.busy_ms = int(busy_timeout * 1000)
         self.lock = threading.Lock()
         self.closed = False
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            if not new and not path.exists():
+                _create(path, synchronous, busy_timeout)
+            if not new:
+                check_file(path)
             self.sql = sqlite3.connect(
                 path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
             )
-        except OSError as exc:  # its folder cannot be made
-            raise StoreError(f"cannot open store {path}: {exc}") from exc
+        except OSError as exc:  # its folder cannot be made, a name too long …
+            raise StoreError(f"cannot open store {path}: {exc.strerror or exc}") from exc
         except sqlite3.Error as exc:
             raise translate(exc, path) from exc
         self.sql.row_factory = sqlite3.Row
@@ -166,6 +196,23 @@ class Connection:
         with self.lock:
             return int(self.sql.execute("SELECT max(version) FROM keel_schema").fetchone()[0])
 
+    def check(self, pragma: str) -> list[str]:
+        """What ``PRAGMA quick_check`` or ``PRAGMA integrity_check`` reports: ``["ok"]``
+        for a sound file, else SQLite's description of each problem (a page so damaged
+        that the check itself stops is one problem too)."""
+        assert pragma in {"quick_check", "integrity_check"}
+        with self.waiting() as conn:
+            rows: list[str] = []
+            try:
+                rows.extend(str(row[0]) for row in conn.execute(f"PRAGMA {pragma}"))
+            except sqlite3.Error as exc:
+                fault = fault_of(exc)
+                if fault is None or fault.name not in _DAMAGED:
+                    raise self.fail(exc) from exc
+                rows.append(str(exc))
+        # A row may hold several problems, one a line, under a "*** in database … ***" title.
+        return [line for row in rows for line in row.splitlines() if not line.startswith("***")]
+
     # --- transactions and locks ------------------------------------------------------
 
     def begin(self, write: bool) -> None:
@@ -216,11 +263,109 @@ class Connection:
                 self.sql.execute("PRAGMA busy_timeout = 0")
 
     def close(self) -> None:
-        """Close the connection. Safe to call twice."""
+        """Fold the WAL into the file, then close the connection. Safe to call twice."""
         with self.lock:
             if not self.closed:
                 self.closed = True
-                self.sql.close()
+                try:
+                    self._fold_wal()
+                finally:
+                    self.sql.close()
+
+    def _fold_wal(self) -> None:
+        """``wal_checkpoint(TRUNCATE)``: every committed row into the database file and
+        the WAL emptied, so that the file alone is the whole store.
+
+        It never waits (``busy_timeout`` is 0 here): a checkpoint that waits for another
+        process's reader blocks every writer meanwhile, and a ``keel tasks list`` must not
+        stall a server's writes. If another process is writing or reading an older
+        snapshot just then, the last connection to close folds the WAL in instead (SQLite
+        does so on its own), and this one only says so.
+        """
+        try:
+            self.rollback()
+            busy = self.sql.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+        except sqlite3.Error as exc:
+            log.warning("could not fold the WAL in on close: %s", self.fail(exc))
+            return
+        if busy:
+            log.info("store %s: WAL still in use by another connection on close", self.path)
+
+
+def check_file(path: Path) -> None:
+    """Refuse an existing file that is not a SQLite database (a missing one is fine: it
+    becomes a new store).
+
+    Raises:
+        NotAStore: ``path`` is empty (zero bytes) and no other process is making it a
+            database, a folder, or starts with anything but SQLite's header.
+        OSError: it cannot be read.
+        sqlite3.Error: SQLite cannot open it.
+    """
+    try:
+        with path.open("rb") as file:
+            header = file.read(len(SQLITE_HEADER))
+    except FileNotFoundError:
+        return
+    except IsADirectoryError:
+        raise NotAStore(str(path), "is a folder") from None
+    if not header:
+        if _write_locked(path):
+            return
+        raise NotAStore(str(path), "is an empty file (0 bytes)")
+    if header != SQLITE_HEADER:
+        raise NotAStore(str(path), "is not a SQLite database (it lacks SQLite's file header)")
+
+
+def _write_locked(path: Path) -> bool:
+    """Whether another connection holds the write lock of ``path`` now (asked without
+    waiting). An empty file that another process holds is a database being made (by an
+    older Keel, or sqlite3): it is opened as usual, waiting for that lock."""
+    probe = sqlite3.connect(path, timeout=0, isolation_level=None)
+    try:
+        probe.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError as exc:
+        return is_busy(exc)
+    else:
+        probe.execute("ROLLBACK")
+        return False
+    finally:
+        probe.close()
+
+
+def _create(path: Path, synchronous: Synchronous, busy_timeout: float) -> None:
+    """Make a new store at ``path``, whole or not at all: built in a draft file beside it
+    (WAL mode, every migration, the WAL folded in), then hard-linked into place, which
+    fails if another process made it first (then that one is used). An existing file is
+    therefore always a finished store, never one half made by another process: an empty
+    one is refused instead of being taken for new.
+
+    Raises:
+        OSError: the folder cannot be made or written.
+        StoreError: SQLite refused the draft.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    draft = path.with_name(f".{path.name}.{secrets.token_hex(4)}.new")
+    try:
+        Connection(draft, synchronous=synchronous, busy_timeout=busy_timeout, new=True).close()
+        try:
+            os.link(draft, path)
+        except FileExistsError:
+            pass  # another process created it first: open theirs
+        except OSError as exc:
+            if exc.errno not in _NO_HARD_LINKS:
+                raise
+            if not path.exists():  # a file system without hard links: a rename will do
+                os.replace(draft, path)
+    finally:
+        remove_files(draft)
+
+
+def remove_files(path: Path) -> None:
+    """Delete the database file ``path`` and its companions (``-wal``, ``-shm``,
+    ``-journal``) where they exist: for drafts, never for a store."""
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
 
 
 def _check_version(path: Path, current: int) -> None:

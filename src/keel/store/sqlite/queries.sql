@@ -82,6 +82,9 @@ WHERE (:status IS NULL OR status = :status)
 ORDER BY rowid
 LIMIT :limit;
 
+-- name: count_by_status
+SELECT status, count(*) AS n FROM tasks GROUP BY status;
+
 -- name: task_statuses
 SELECT task_id, status, fence FROM tasks
 WHERE task_id IN (SELECT value FROM json_each(:task_ids));

@@ -147,6 +147,10 @@ class SqliteTx:
         rows = self._c.execute(Q["task_statuses"], {"task_ids": json.dumps(list(task_ids))})
         return {r["task_id"]: (Status(r["status"]), r["fence"]) for r in rows}
 
+    def counts(self) -> dict[Status, int]:
+        rows = self._c.execute(Q["count_by_status"], {})
+        return {Status(r["status"]): int(r["n"]) for r in rows}
+
     def page(
         self, status: Status | None, owner: str | None, limit: int, after: str | None
     ) -> list[Task]:

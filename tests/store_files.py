@@ -1,0 +1,59 @@
+"""SQLite store files in the states the tests need: full of tasks, or damaged.
+
+Importable from every tier (``tests/`` is on the path, as for ``keel_serve``).
+"""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+
+import anyio
+
+from keel.model import Task
+from keel.store import SqliteStore
+
+__all__ = ["copied_alone", "damage", "filled", "wal_size"]
+
+PAGE = 4096  # bytes: SQLite's default page size, which Keel keeps
+
+
+def filled(path: Path, count: int, *, pad: int = 500) -> list[Task]:
+    """Create a store at ``path`` with ``count`` tasks (arguments ``pad`` bytes long, so
+    that they fill many pages), closed again; the tasks."""
+
+    async def run() -> list[Task]:
+        store = SqliteStore(path)
+        try:
+            return [
+                await store.create(name="job", arguments={"pad": "x" * pad}) for _ in range(count)
+            ]
+        finally:
+            await store.close()
+
+    return anyio.run(run)
+
+
+def damage(path: Path) -> None:
+    """Overwrite part of the tasks table's first page with 0xFF: SQLite's header and
+    schema stay readable (the file opens), its checks fail."""
+    with sqlite3.connect(path) as conn:
+        root = conn.execute("SELECT rootpage FROM sqlite_schema WHERE name = 'tasks'").fetchone()[0]
+    conn.close()
+    with path.open("r+b") as file:
+        file.seek((root - 1) * PAGE + 40)
+        file.write(b"\xff" * 100)
+
+
+def copied_alone(db: Path, folder: Path) -> Path:
+    """``db`` copied into the new ``folder`` without its -wal and -shm, as ``cp keel.db``
+    would; the copy."""
+    folder.mkdir()
+    return Path(shutil.copyfile(db, folder / db.name))
+
+
+def wal_size(db: Path) -> int | None:
+    """The size of ``db``'s WAL in bytes (None: there is none)."""
+    wal = Path(f"{db}-wal")
+    return wal.stat().st_size if wal.exists() else None
