@@ -12,7 +12,14 @@ from pathlib import Path
 
 import click
 
-from keel.cli.common import KeelCliError, chosen_location, run_with_store, store_option
+from keel.cli.common import (
+    TEXT,
+    FilePath,
+    KeelCliError,
+    chosen_location,
+    run_with_store,
+    store_option,
+)
 from keel.cli.render import (
     dump_json,
     reclaimed_table,
@@ -23,10 +30,17 @@ from keel.cli.render import (
     task_to_json,
     terminal_width,
 )
+from keel.errors import InvalidPayload
 from keel.model import DEFAULT_INPUT_KEY, Event, JsonValue, Reclaimed, Status, Task
 from keel.model.validation import check_answer_keys
 from keel.store import Store
-from keel.store.importer import ImportReport, import_file, read_teaching_file
+from keel.store.importer import (
+    ImportReport,
+    check_storable,
+    import_file,
+    loads_bounded,
+    read_teaching_file,
+)
 
 __all__ = ["tasks"]
 
@@ -39,19 +53,28 @@ _STATUS_CHOICE = click.Choice([s.value for s in Status])
 def _parse_json(ctx: click.Context, param: click.Parameter, value: str | None) -> JsonValue:
     """``--json``: a JSON document on the command line (``-`` reads it from stdin).
 
-    A malformed document is a usage error (exit 2) that says where and what is wrong.
+    A malformed document is a usage error (exit 2) that says where and what is wrong; a
+    document no store can hold (a NUL or a lone surrogate in its text, nested deeper than
+    :data:`~keel.store.importer.MAX_DEPTH`) is refused with one ``keel: error:`` line.
     """
     if value is None:
         return None
-    text = sys.stdin.read() if value == "-" else value
     try:
-        return json.loads(text, parse_constant=_refuse_constant)
+        text = sys.stdin.read() if value == "-" else value
+    except UnicodeDecodeError as exc:
+        raise click.BadParameter(f"stdin is not UTF-8 text: {exc.reason}", ctx, param) from exc
+    try:
+        parsed = loads_bounded(text, "the answer", parse_constant=_refuse_constant)
     except json.JSONDecodeError as exc:
         raise click.BadParameter(
             f"not valid JSON: line {exc.lineno} column {exc.colno}: {exc.msg}", ctx, param
         ) from exc
+    except InvalidPayload:
+        raise  # valid JSON, but nested too deep to store: one keel: error line
     except ValueError as exc:
         raise click.BadParameter(f"not valid JSON: {exc}", ctx, param) from exc
+    check_storable(parsed, "the answer")
+    return parsed
 
 
 def _refuse_constant(name: str) -> None:
@@ -102,7 +125,7 @@ def list_tasks(ctx: click.Context, status: str | None, as_json: bool, limit: int
 
 @tasks.command("show", short_help="Show a task: every field, its input and its history.")
 @store_option
-@click.argument("task_id", metavar="ID")
+@click.argument("task_id", metavar="ID", type=TEXT)
 @click.option("--json", "as_json", is_flag=True, help="The snapshot and history as JSON.")
 @click.pass_context
 def show(ctx: click.Context, task_id: str, as_json: bool) -> None:
@@ -121,8 +144,8 @@ def show(ctx: click.Context, task_id: str, as_json: bool) -> None:
 
 @tasks.command("cancel", short_help="Cancel a waiting or running task.")
 @store_option
-@click.argument("task_id", metavar="ID")
-@click.option("--reason", help="Why; recorded in the task's history.")
+@click.argument("task_id", metavar="ID", type=TEXT)
+@click.option("--reason", type=TEXT, help="Why; recorded in the task's history.")
 @click.pass_context
 def cancel(ctx: click.Context, task_id: str, reason: str | None) -> None:
     """Cancel task ID, waiting or running.
@@ -143,9 +166,10 @@ def cancel(ctx: click.Context, task_id: str, reason: str | None) -> None:
 
 @tasks.command("answer", short_help="Answer a task's input request (validated by its schema).")
 @store_option
-@click.argument("task_id", metavar="ID")
+@click.argument("task_id", metavar="ID", type=TEXT)
 @click.option(
     "--key",
+    type=TEXT,
     help=f"The input request to answer. Default: the only pending one, else {DEFAULT_INPUT_KEY!r}.",
 )
 @click.option(
@@ -263,7 +287,7 @@ def purge(ctx: click.Context, limit: int, as_json: bool) -> None:
 
 @tasks.command("import", short_help="Import a teaching-store JSON file, all or nothing.")
 @store_option
-@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("file", type=FilePath(dir_okay=False, path_type=Path))
 @click.option("--dry-run", is_flag=True, help="Check the whole file; store nothing.")
 @click.pass_context
 def import_(ctx: click.Context, file: Path, dry_run: bool) -> None:
