@@ -261,32 +261,32 @@ def bad_files() -> list[Any]:
         # surrogate as the escape \udc80, a NUL as \u0000: the file itself is clean UTF-8).
         pytest.param(
             json.dumps(with_task("t-done", result={"note": ["ok", "\udc80"]})),
-            "task 't-done': result at 'note/1' contains a lone surrogate '\\udc80'",
+            "task 't-done': result.note[1]: the lone surrogate U+DC80 at index 0",
             id="surrogate-in-result",
         ),
         pytest.param(
             json.dumps(with_task("t-done", result="a\x00b")),
-            "task 't-done': result contains a NUL character at position 1",
+            "task 't-done': result: NUL (U+0000) at index 1 cannot be stored",
             id="nul-in-result",
         ),
         pytest.param(
             json.dumps(with_task("t-answered", input_value={"\ud800": 1})),
-            "task 't-answered': input_value: the key '\\ud800' contains a lone surrogate",
+            "task 't-answered': input_value[\"\\ud800\"]: the key itself",
             id="surrogate-in-a-key",
         ),
         pytest.param(
             json.dumps({"n\x00": {"task_id": "n\x00", "status": "working"}}),
-            "the task id contains a NUL character",
+            "the task id: NUL (U+0000) at index 1 cannot be stored",
             id="nul-in-task-id",
         ),
         pytest.param(
             json.dumps(with_task("t-done", idempotency_key="k\udcff")),
-            "task 't-done': idempotency_key contains a lone surrogate",
+            "task 't-done': idempotency_key: the lone surrogate U+DCFF at index 1",
             id="surrogate-in-idempotency-key",
         ),
         pytest.param(
             json.dumps(with_task("t-done", result=nested(65))),
-            "task 't-done': result at '0/0/0",
+            "task 't-done': result nests deeper than 64 levels",
             id="result-nested-65-deep",
         ),
         pytest.param(

@@ -403,13 +403,13 @@ KNOWN = [
     pytest.param(
         ["tasks", "answer", "t-wait", "--json", '"\\udc80"'],
         "",
-        "the answer contains a lone surrogate '\\udc80' at position 0",
+        "input.input: the lone surrogate U+DC80 at index 0 is not Unicode text",
         id="answer-surrogate",
     ),
     pytest.param(
         ["tasks", "answer", "t-wait", "--json", '{"a": "x\\u0000"}'],
         "",
-        "the answer at 'a' contains a NUL character at position 1",
+        "input.input.a: NUL (U+0000) at index 1 cannot be stored",
         id="answer-nul",
     ),
     pytest.param(
@@ -421,7 +421,7 @@ KNOWN = [
     pytest.param(
         ["tasks", "import", "surrogate.json"],
         "",
-        "task 's': result contains a lone surrogate",
+        "task 's': result: the lone surrogate U+DC80 at index 0",
         id="import-surrogate",
     ),
     pytest.param(
@@ -469,13 +469,13 @@ KNOWN = [
     pytest.param(
         ["tasks", "show", "\udc80"],
         "",
-        "'ID' contains a lone surrogate '\\udc80' at position 0",
+        "unknown task: '\\udc80'",  # as on every store: no task has such an id
         id="id-surrogate",
     ),
     pytest.param(
         ["tasks", "cancel", "t-run", "--reason", "a\x00b"],
         "",
-        "'--reason' contains a NUL character at position 1",
+        "cancel reason: NUL (U+0000) at index 1 cannot be stored",
         id="reason-nul",
     ),
     pytest.param(
@@ -559,9 +559,10 @@ def test_an_unexpected_exception_is_one_line_unless_debugging(
 @pytest.mark.slow  # real processes
 def test_bytes_that_are_not_utf8_in_argv_are_one_line(arena: Arena) -> None:
     """From a real command line, a byte that is not UTF-8 (a lone surrogate to Python)
-    in a task id or a store path is one line, exit 1; and a URL with an open bracket."""
+    in a task id (no task has it) or a store path is one line, exit 1; and a URL with an
+    open bracket."""
     cases = [
-        ([b"tasks", b"show", b"\x80"], "'ID' contains a lone surrogate '\\udc80'"),
+        ([b"tasks", b"show", b"\x80"], "unknown task: '\\udc80'"),
         ([b"tasks", b"list", b"--store", b"x\xff.db"], "store location is not UTF-8 text"),
         ([b"--store", b"postgresql://[::1", b"tasks", b"list"], "Invalid IPv6 URL"),
     ]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from keel.cli.common import TEXT, FilePath, KeelCliError
+from keel.cli.common import FilePath, KeelCliError
 
 __all__ = ["bridge"]
 
@@ -154,10 +154,8 @@ class _IngestBar:
 
 
 @bridge.command(short_help="Diagnose an incident offline and print the cited conclusion.")
-@click.argument("incident_id", type=TEXT)
-@click.option(
-    "--service", type=TEXT, default=None, help="The affected service, if the incident names none."
-)
+@click.argument("incident_id")
+@click.option("--service", default=None, help="The affected service, if the incident names none.")
 @click.option("--json", "as_json", is_flag=True, help="Print the structured result.")
 @_sources
 def diagnose(  # noqa: PLR0917 - click passes every option as an argument

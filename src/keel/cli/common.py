@@ -15,14 +15,12 @@ from typing import IO, Any, TypeVar
 import anyio
 import click
 
-from keel.errors import ConfigurationError, InvalidPayload
+from keel.errors import ConfigurationError
 from keel.store import ENV_VAR, Location, Store, open_store, parse_location, resolve_location
-from keel.store.importer import text_problem
 from keel.store.locations import file_name_problem
 
 __all__ = [
     "STORE_HELP",
-    "TEXT",
     "CliState",
     "FilePath",
     "KeelCliError",
@@ -55,22 +53,6 @@ class KeelCliError(click.ClickException):
         click.echo(f"keel: error: {message}", file=file, err=file is None)
 
 
-class StorableText(click.types.StringParamType):
-    """Text that a command hands to the store (a task id, an input key, a reason): refused
-    with one ``keel: error:`` line if no store could hold it (a NUL, or a lone surrogate:
-    what a byte that is not UTF-8 becomes in ``sys.argv``), before the store is opened."""
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
-        text = super().convert(value, param, ctx)
-        problem = text_problem(text)
-        if problem:
-            raise InvalidPayload(f"{_hint(param, ctx)} {problem}")
-        return text
-
-
-TEXT = StorableText()
-
-
 class FilePath(click.Path):
     """:class:`click.Path` that refuses, in one ``keel: error:`` line, what no system call
     takes as a file name (:func:`~keel.store.locations.file_name_problem`), rather than
@@ -84,7 +66,9 @@ class FilePath(click.Path):
 
 
 def _hint(param: click.Parameter | None, ctx: click.Context | None) -> str:
-    return "the value" if param is None else param.get_error_hint(ctx) if ctx else str(param.name)
+    return (
+        "the file name" if param is None else param.get_error_hint(ctx) if ctx else str(param.name)
+    )
 
 
 @dataclass

@@ -13,7 +13,6 @@ from pathlib import Path
 import click
 
 from keel.cli.common import (
-    TEXT,
     FilePath,
     KeelCliError,
     chosen_location,
@@ -36,7 +35,7 @@ from keel.model.validation import check_answer_keys
 from keel.store import Store
 from keel.store.importer import (
     ImportReport,
-    check_storable,
+    check_depth,
     import_file,
     loads_bounded,
     read_teaching_file,
@@ -54,8 +53,8 @@ def _parse_json(ctx: click.Context, param: click.Parameter, value: str | None) -
     """``--json``: a JSON document on the command line (``-`` reads it from stdin).
 
     A malformed document is a usage error (exit 2) that says where and what is wrong; a
-    document no store can hold (a NUL or a lone surrogate in its text, nested deeper than
-    :data:`~keel.store.importer.MAX_DEPTH`) is refused with one ``keel: error:`` line.
+    document nested deeper than :data:`~keel.store.importer.MAX_DEPTH` is refused with
+    one ``keel: error:`` line (as the store refuses text it cannot keep, naming where).
     """
     if value is None:
         return None
@@ -73,7 +72,7 @@ def _parse_json(ctx: click.Context, param: click.Parameter, value: str | None) -
         raise  # valid JSON, but nested too deep to store: one keel: error line
     except ValueError as exc:
         raise click.BadParameter(f"not valid JSON: {exc}", ctx, param) from exc
-    check_storable(parsed, "the answer")
+    check_depth(parsed, "the answer")
     return parsed
 
 
@@ -125,7 +124,7 @@ def list_tasks(ctx: click.Context, status: str | None, as_json: bool, limit: int
 
 @tasks.command("show", short_help="Show a task: every field, its input and its history.")
 @store_option
-@click.argument("task_id", metavar="ID", type=TEXT)
+@click.argument("task_id", metavar="ID")
 @click.option("--json", "as_json", is_flag=True, help="The snapshot and history as JSON.")
 @click.pass_context
 def show(ctx: click.Context, task_id: str, as_json: bool) -> None:
@@ -144,8 +143,8 @@ def show(ctx: click.Context, task_id: str, as_json: bool) -> None:
 
 @tasks.command("cancel", short_help="Cancel a waiting or running task.")
 @store_option
-@click.argument("task_id", metavar="ID", type=TEXT)
-@click.option("--reason", type=TEXT, help="Why; recorded in the task's history.")
+@click.argument("task_id", metavar="ID")
+@click.option("--reason", help="Why; recorded in the task's history.")
 @click.pass_context
 def cancel(ctx: click.Context, task_id: str, reason: str | None) -> None:
     """Cancel task ID, waiting or running.
@@ -166,10 +165,9 @@ def cancel(ctx: click.Context, task_id: str, reason: str | None) -> None:
 
 @tasks.command("answer", short_help="Answer a task's input request (validated by its schema).")
 @store_option
-@click.argument("task_id", metavar="ID", type=TEXT)
+@click.argument("task_id", metavar="ID")
 @click.option(
     "--key",
-    type=TEXT,
     help=f"The input request to answer. Default: the only pending one, else {DEFAULT_INPUT_KEY!r}.",
 )
 @click.option(

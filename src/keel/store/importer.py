@@ -30,10 +30,9 @@ How teaching fields map onto a Keel task:
   for a task with neither the import time, spaced a microsecond apart in file order, so
   that listings keep the order in which the teaching store created the tasks.
 
-Text Keel cannot store is refused, naming the task and the field (and where in it):
-a lone surrogate (not UTF-8 at all), a NUL (PostgreSQL text cannot hold one, so no store
-takes it), JSON nested deeper than :data:`MAX_DEPTH`. :func:`text_problem` and
-:func:`check_storable` are the checks; the CLI uses them for what it is given too.
+Values no store keeps are refused, naming the task and the field (and where in it): a
+lone surrogate or a NUL in any text (the model's check, as for every write), JSON nested
+deeper than :data:`MAX_DEPTH` (:func:`check_depth`, which ``keel tasks answer`` uses too).
 """
 
 from __future__ import annotations
@@ -68,12 +67,11 @@ __all__ = [
     "MAX_DEPTH",
     "TEACHING_FIELDS",
     "ImportReport",
-    "check_storable",
+    "check_depth",
     "import_file",
     "loads_bounded",
     "parse_teaching_store",
     "read_teaching_file",
-    "text_problem",
 ]
 
 TEACHING_FIELDS = (
@@ -110,61 +108,32 @@ real answer or result, and far below the ~1,000 levels where Python's recursive 
 decoder and encoder give up (fewer still deep inside a call stack)."""
 
 
-# --- what can be stored ------------------------------------------------------------------
+# --- how deep ----------------------------------------------------------------------------
 
 
-def text_problem(text: str) -> str | None:
-    """What makes ``text`` unstorable, or None: a NUL character (PostgreSQL text cannot
-    hold one; refused on every store alike) or a lone surrogate (not UTF-8 at all, as a
-    byte that is not UTF-8 becomes in ``sys.argv``)."""
-    nul = text.find("\x00")
-    if nul >= 0:
-        return f"contains a NUL character at position {nul}"
-    if text.isascii():
-        return None
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        return (
-            f"contains a lone surrogate {text[exc.start]!a} at position {exc.start} "
-            "(not UTF-8 text)"
-        )
-    return None
+def check_depth(value: object, what: str, max_depth: int = MAX_DEPTH) -> None:
+    """Refuse JSON whose arrays and objects nest deeper than ``max_depth``; walks the
+    value without recursion, so a value of any depth is answered.
 
-
-def check_storable(value: object, what: str, max_depth: int = MAX_DEPTH) -> None:
-    """Refuse JSON that no store can hold: text with a NUL or a lone surrogate (in a
-    string or an object key), or arrays and objects nested deeper than ``max_depth``.
-
-    Walks the value without recursion, so a value of any depth is answered.
+    Text no store keeps (NUL, a lone surrogate) is refused where it is encoded, by
+    :func:`keel.model.validation.encode`, naming the field.
 
     Raises:
-        InvalidPayload: naming ``what`` and where in it (``result at 'a/0'``).
+        InvalidPayload: naming ``what``.
     """
-    stack: list[tuple[object, str, int]] = [(value, "", 0)]
+    stack: list[tuple[object, int]] = [(value, 0)]
     while stack:
-        item, path, depth = stack.pop()
-        where = f"{what} at {path!r}" if path else what
-        if isinstance(item, str):
-            problem = text_problem(item)
-            if problem:
-                raise InvalidPayload(f"{where} {problem}")
-        elif isinstance(item, dict | list):
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
             if depth >= max_depth:
-                raise InvalidPayload(f"{where} nests deeper than {max_depth} levels")
-            pairs = list(item.items() if isinstance(item, dict) else enumerate(item))
-            for key, child in reversed(pairs):  # popped in document order
-                inner = f"{path}/{key}" if path else str(key)
-                if isinstance(key, str):
-                    problem = text_problem(key)
-                    if problem:
-                        raise InvalidPayload(f"{what}: the key {key!r} {problem}")
-                stack.append((child, inner, depth + 1))
+                raise InvalidPayload(f"{what} nests deeper than {max_depth} levels")
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
 
 
 def loads_bounded(text: str, what: str = "the JSON", **options: Any) -> Any:
     """``json.loads`` that answers JSON nested too deep for Python's parser as
-    :func:`check_storable` answers JSON nested deeper than :data:`MAX_DEPTH`.
+    :func:`check_depth` answers JSON nested deeper than :data:`MAX_DEPTH`.
 
     Raises:
         json.JSONDecodeError: not JSON.
@@ -397,7 +366,6 @@ class _TeachingTask:
             )
         try:
             check_key(self.task_id, "the task id", self.limits)
-            check_storable(self.task_id, "the task id")
         except InvalidPayload as exc:
             self.problem(str(exc))
         if "task_id" not in self.value:
@@ -423,7 +391,7 @@ class _TeachingTask:
         if value is None:
             return None
         try:
-            check_storable(value, name)
+            check_depth(value, name)
             return normalize(value, name, limit)[1]
         except InvalidPayload as exc:
             self.problem(str(exc))
@@ -447,7 +415,6 @@ class _TeachingTask:
         if key is None:
             return None
         try:
-            check_storable(key, "idempotency_key")
             return check_key(key, "idempotency_key", self.limits)
         except InvalidPayload as exc:
             self.problem(str(exc))
