@@ -563,7 +563,7 @@ def test_bytes_that_are_not_utf8_in_argv_are_one_line(arena: Arena) -> None:
     open bracket."""
     cases = [
         ([b"tasks", b"show", b"\x80"], "unknown task: '\\udc80'"),
-        ([b"tasks", b"list", b"--store", b"x\xff.db"], "store location is not UTF-8 text"),
+        ([b"tasks", b"list", b"--store", b"x\xff.db"], "store location: the lone surrogate U+DCFF"),
         ([b"--store", b"postgresql://[::1", b"tasks", b"list"], "Invalid IPv6 URL"),
     ]
     for args, message in cases:

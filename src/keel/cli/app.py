@@ -17,7 +17,7 @@ import errno
 import io
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -82,7 +82,7 @@ class KeelGroup(click.Group):
             return super().invoke(ctx)
 
 
-_CLICKS_OWN: Sequence[type[BaseException]] = (
+_CLICKS_OWN: tuple[type[BaseException], ...] = (
     click.ClickException,  # usage errors (exit 2) and KeelCliError
     click.exceptions.Exit,
     click.Abort,
@@ -96,7 +96,7 @@ def _one_line_errors() -> Iterator[None]:
         yield
     except KeelError as exc:
         raise KeelCliError(str(exc)) from exc
-    except tuple(_CLICKS_OWN):
+    except _CLICKS_OWN:
         raise
     except Exception as exc:
         if isinstance(exc, OSError) and exc.errno == errno.EPIPE:

@@ -25,6 +25,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from keel.errors import ConfigurationError
 from keel.model import Limits
+from keel.model.validation import unstorable
 from keel.store.base import TxStore
 from keel.store.protocol import Clock
 from keel.store.urls import POSTGRES_SCHEMES, redact
@@ -84,20 +85,15 @@ def parse_location(location: str | os.PathLike[str]) -> Location:
     """Parse a store location.
 
     Raises:
-        ConfigurationError: an empty location, text that is not UTF-8 or holds a NUL, a
-            malformed URL, an unknown scheme, or an unknown option.
+        ConfigurationError: an empty location, one with NUL or a lone surrogate (a byte
+            that is not UTF-8), a malformed URL, an unknown scheme, or an unknown option.
     """
     text = os.fspath(location).strip()
     if not text:
         raise ConfigurationError("store location is empty")
-    if "\x00" in text:
-        raise ConfigurationError("store location contains a NUL character")
-    try:
-        text.encode("utf-8")  # SQLite file names and PostgreSQL URLs are UTF-8
-    except UnicodeEncodeError as exc:
-        raise ConfigurationError(
-            f"store location is not UTF-8 text ({text[exc.start]!a} at position {exc.start})"
-        ) from None
+    problem = unstorable(text)  # SQLite file names and PostgreSQL URLs are UTF-8 text
+    if problem:
+        raise ConfigurationError(f"store location: {problem}")
     if "://" not in text:
         return Location("sqlite", _file_name(text), text)
     try:
