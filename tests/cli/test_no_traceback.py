@@ -26,9 +26,10 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TypeVar
 
 import anyio
 import click
@@ -40,6 +41,8 @@ from hypothesis import strategies as st
 from keel.cli.app import DEBUG_ENV, KeelGroup, cli
 from keel.store import SqliteStore
 from keel.store.importer import parse_teaching_store
+
+T = TypeVar("T")
 
 DEEP = "[" * 100_000 + "]" * 100_000
 DEEP_OBJECT = '{"a":' * 5_000 + "1" + "}" * 5_000
@@ -313,6 +316,17 @@ def check_answer(args: Sequence[str], code: int, stdout: str, stderr: str) -> No
         assert lines[-1].startswith("Error: ") or lines[0].startswith("Usage: "), shown
 
 
+def fuzzing(examples: int) -> Callable[[T], T]:
+    """Hypothesis settings of both runs: a fixed seed, a bounded number of examples."""
+    return settings(
+        derandomize=True,
+        max_examples=examples,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
+
+
 # --- in-process, every command ------------------------------------------------------------
 
 
@@ -322,13 +336,7 @@ def test_every_command_refuses_hostile_input_in_one_line(command: Command, arena
     the store unchanged whenever the command failed."""
     before = dump(arena.pristine)
 
-    @settings(
-        derandomize=True,
-        max_examples=EXAMPLES if command.leaf else 4,  # a group alone only prints its help
-        deadline=None,
-        database=None,
-        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-    )
+    @fuzzing(EXAMPLES if command.leaf else 4)  # a group alone only prints its help
     @given(args=argv(command), stdin=st.sampled_from(STDIN))
     def run(args: list[str], stdin: str) -> None:
         with arena.example() as store:
@@ -336,12 +344,6 @@ def test_every_command_refuses_hostile_input_in_one_line(command: Command, arena
             result = CliRunner().invoke(cli, expand(args), input=stdin, prog_name="keel")
             if result.exception is not None and not isinstance(result.exception, SystemExit):
                 raise result.exception
-            print(
-                "EX",
-                ascii(args)[:150],
-                result.exit_code,
-                ascii(result.stderr.strip().splitlines()[-1:])[:150],
-            )
             check_answer(args, result.exit_code, result.stdout, result.stderr)
             if result.exit_code != 0:
                 assert dump(store) == before, f"keel {args!a} failed and changed the store"
@@ -369,13 +371,7 @@ def test_every_command_as_a_process_refuses_hostile_input(command: Command, aren
     UTF-8 arrives as a lone surrogate), stderr is the real one."""
     before = dump(arena.pristine)
 
-    @settings(
-        derandomize=True,
-        max_examples=3 if command.leaf else 1,
-        deadline=None,
-        database=None,
-        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-    )
+    @fuzzing(3 if command.leaf else 1)
     @given(args=argv(command).filter(_passable), stdin=st.sampled_from(STDIN))
     def run(args: list[str], stdin: str) -> None:
         with arena.example() as store:
@@ -385,7 +381,6 @@ def test_every_command_as_a_process_refuses_hostile_input(command: Command, aren
                 capture_output=True,
                 timeout=120,
                 check=False,
-                env={**os.environ, "PYTHONIOENCODING": ""},
             )
             stdout = done.stdout.decode("utf-8", "backslashreplace")
             stderr = done.stderr.decode("utf-8", "backslashreplace")
