@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from keel.errors import StoreError
+from keel.errors import StoreError, StoreUnavailable
+from keel.model import Status
 from keel.store import SqliteStore
+from runtime.support import outcome_through_outage
 
 pytestmark = pytest.mark.anyio
 
@@ -53,7 +55,7 @@ async def test_a_lock_held_past_the_busy_timeout_is_busy(db, locked):
     with "busy", from SQLITE_BUSY; nothing is written."""
     store = SqliteStore(db, busy_timeout=0.05)
     try:
-        with pytest.raises(StoreError, match=f"store {db} is busy") as info:
+        with pytest.raises(StoreUnavailable, match=f"store {db} is unavailable: busy") as info:
             await store.create(name=JOB)
         assert _code(info.value).startswith("SQLITE_BUSY")
         locked.execute("ROLLBACK")
@@ -80,7 +82,7 @@ def test_a_file_that_is_not_a_database_is_unreadable(tmp_path, content):
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes read-only files anyway")
 async def test_a_read_only_file_cannot_be_written(db):
     """A store file without write permission: opening it or writing to it fails with
-    "cannot write to store" (SQLITE_READONLY) or "cannot open store" (SQLITE_CANTOPEN)."""
+    "read-only" (SQLITE_READONLY) or "cannot open store" (SQLITE_CANTOPEN)."""
 
     async def open_and_write() -> None:
         store = SqliteStore(db)
@@ -91,7 +93,9 @@ async def test_a_read_only_file_cannot_be_written(db):
 
     db.chmod(0o444)
     try:
-        with pytest.raises(StoreError, match=f"cannot (write to|open) store {db}") as info:
+        with pytest.raises(
+            StoreError, match=f"(store {db} is unavailable: read-only|cannot open store {db})"
+        ) as info:
             await open_and_write()
         assert _code(info.value).startswith(("SQLITE_READONLY", "SQLITE_CANTOPEN"))
     finally:
@@ -105,7 +109,7 @@ async def test_a_read_only_connection_cannot_write(db):
     store = SqliteStore(db)
     try:
         store._db.sql.execute("PRAGMA query_only = ON")  # the store's one connection
-        with pytest.raises(StoreError, match=f"cannot write to store {db}") as info:
+        with pytest.raises(StoreUnavailable, match=f"store {db} is unavailable: read-only") as info:
             await store.create(name=JOB)
         assert _code(info.value) == "SQLITE_READONLY"
         assert await store.list() == []
@@ -121,3 +125,54 @@ def test_a_folder_in_place_of_the_file_cannot_be_opened(tmp_path):
     with pytest.raises(StoreError, match=f"cannot open store {path}") as info:
         SqliteStore(path)
     assert _code(info.value).startswith("SQLITE_CANTOPEN")
+
+
+async def test_a_full_disk_is_named_and_writes_nothing(db):
+    """A database that cannot grow (``max_page_count``: SQLite's own limit, met exactly as
+    a full disk is, with SQLITE_FULL): StoreUnavailable "the disk is full", and the
+    write that met it left nothing behind; reads still work."""
+    store = SqliteStore(db)
+    try:
+        pages = store._db.sql.execute("PRAGMA page_count").fetchone()[0]
+        store._db.sql.execute(f"PRAGMA max_page_count = {pages + 2}")
+        made = 0
+
+        async def fill() -> None:
+            nonlocal made
+            for _ in range(1000):
+                await store.create(name=JOB, arguments={"pad": "x" * 2000})
+                made += 1
+
+        with pytest.raises(StoreUnavailable, match=f"store {db} is unavailable: the disk is full"):
+            await fill()
+        assert len(await store.list(limit=1000)) == made
+    finally:
+        await store.close()
+
+
+@pytest.mark.slow  # waits out a lease
+async def test_an_outcome_refused_by_a_full_disk_is_written_once_it_has_room(db):
+    """The disk fills while a handler runs (its one attempt), for longer than its lease:
+    the completion is refused as "disk full", tried again, and written once the file can
+    grow again; the task completes instead of being dead-lettered."""
+    store = SqliteStore(db, timeout=1.0)
+    sql = store._db.sql  # the store's one connection
+
+    async def fill_the_disk() -> None:
+        sql.execute(f"PRAGMA max_page_count = {sql.execute('PRAGMA page_count').fetchone()[0]}")
+
+    async def make_room() -> None:
+        sql.execute("PRAGMA max_page_count = 1073741823")
+
+    try:
+        done, history = await outcome_through_outage(
+            store,
+            lease=1.0,
+            result="x" * 50_000,  # needs new pages: what a full disk refuses
+            break_store=fill_the_disk,
+            mend_store=make_room,
+        )
+        assert done.status is Status.COMPLETED, history
+        assert done.attempt == 1
+    finally:
+        await store.close()

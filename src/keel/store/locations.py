@@ -27,6 +27,7 @@ from keel.errors import ConfigurationError
 from keel.model import Limits
 from keel.model.validation import unstorable
 from keel.store.base import TxStore
+from keel.store.group_commit import START_MARGIN
 from keel.store.protocol import Clock
 from keel.store.urls import POSTGRES_SCHEMES, redact
 
@@ -171,8 +172,15 @@ def open_store(
     *,
     clock: Clock | None = None,
     limits: Limits | None = None,
+    timeout: float | None = None,
 ) -> TxStore:
     """Open the store at ``location`` (resolved as :func:`resolve_location` says).
+
+    ``timeout`` (seconds; ``keel serve --store-timeout``) bounds how long a call waits for
+    the store before it gets :class:`~keel.errors.StoreUnavailable`: PostgreSQL's retries
+    and pool waits, SQLite's wait for another process's lock (its ``busy_timeout``, unless
+    the location sets a shorter one). None: PostgreSQL's default (10 s), SQLite's own
+    busy timeout.
 
     Raises:
         ConfigurationError: a bad location or option.
@@ -195,6 +203,8 @@ def open_store(
             raise ConfigurationError(
                 f"busy_timeout must be 0 to {_MAX_BUSY_TIMEOUT:g} seconds in {loc.url!r}"
             )
+        if timeout is not None:  # the lock wait ends a little before the caller's
+            busy = min(busy, max(timeout - min(START_MARGIN, timeout / 2), 0.0))
         return SqliteStore(
             loc.path,
             synchronous=loc.options.get("synchronous", "full"),
@@ -202,11 +212,12 @@ def open_store(
             plan=loc.options.get("plan", "auto"),
             clock=clock,
             limits=limits,
+            timeout=timeout,
         )
     load_postgres_adapter()
     from keel.store.postgres import PostgresStore
 
-    return PostgresStore(loc.url, clock=clock, limits=limits)
+    return PostgresStore(loc.url, clock=clock, limits=limits, timeout=timeout)
 
 
 def load_postgres_adapter() -> None:
