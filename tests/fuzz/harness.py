@@ -35,15 +35,16 @@ from typing import Any
 import anyio
 import anyio.from_thread
 import httpx2
+from hypothesis import HealthCheck, Phase, given, settings
 
-from fuzz.strategies import V2026, Probe, Target, Waiting, request
+from fuzz.strategies import V2026, Probe, Target, Waiting, probes, request
 from keel.mcp.v2025 import V2025
 from keel.model import Status, Task
 from keel.store import open_store
 from keel_serve import KeelServe
 from postgres.pg import drop_schema, new_schema, require_postgres, store_url
 
-__all__ = ["REFUSALS", "Harness", "Outcome", "Seeds", "Served", "fuzz_server"]
+__all__ = ["FUZZ", "REFUSALS", "Harness", "Outcome", "Seeds", "Served", "drive", "fuzz_server"]
 
 REFUSALS = frozenset({-32700, -32600, -32601, -32602, -32020, -32022})
 """JSON-RPC codes that refuse a request (parse, envelope, method, params, headers,
@@ -52,6 +53,18 @@ INTERNAL = -32603
 TIMEOUT = 30.0  # seconds one answer may take (store outages are not fuzzed here)
 SETTLE = 20.0  # seconds a seeded task may take to reach the state it is seeded in
 START = 120.0  # seconds keel serve may take to start (the Bridge indexes its sample data)
+FUZZ = settings(
+    derandomize=True,  # the same probes every run
+    database=None,
+    deadline=None,  # a probe's time is the server's, not Hypothesis's to judge
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    print_blob=False,
+    # No shrinking: each step of it is another request to the server, and a failure
+    # already names its probe in full (Probe.describe).
+    phases=(Phase.explicit, Phase.generate),
+    report_multiple_bugs=False,
+)
+"""How every fuzz run draws (the tests and bench/fuzz_bench.py)."""
 AT_REST = frozenset({Status.INPUT_REQUIRED, Status.COMPLETED, Status.FAILED, Status.CANCELLED})
 
 
@@ -69,6 +82,7 @@ class Served:
 def fuzz_server(app: str, store: str, folder: Path) -> Iterator[Served]:
     """``keel serve`` of ``app`` (``conformance`` or ``bridge``) on a new ``store``
     (``sqlite`` or ``postgres``) in ``folder``, stopped (and its schema dropped) after."""
+    folder.mkdir(parents=True, exist_ok=True)
     with ExitStack() as stack:
         if store == "postgres":
             require_postgres()
@@ -99,12 +113,17 @@ class Outcome:
     code: int | None
     refused: bool
     problems: list[str] = field(default_factory=list)
+    json_rpc: bool = False  # the body held a JSON-RPC message
 
     @property
     def answer(self) -> str:
-        """How the bench tables name it: ``HTTP 400 -32602``, ``HTTP 200 result`` …"""
-        what = "result" if self.code is None else str(self.code)
-        return f"HTTP {self.status} {what}" if self.status else "no answer"
+        """How the bench tables name it: ``HTTP 400 -32602``, ``HTTP 200 result``, ``HTTP
+        202 no JSON-RPC`` …"""
+        if not self.status:
+            return "no answer"
+        if not self.json_rpc:
+            return f"HTTP {self.status} no JSON-RPC"
+        return f"HTTP {self.status} {'result' if self.code is None else self.code}"
 
 
 def _rest(task: Task) -> tuple[Any, ...]:
@@ -318,6 +337,7 @@ class Harness(AbstractContextManager["Harness"]):
             return outcome
         if not messages and 200 <= status < 300 and status != 202:
             outcome.problems.append(f"HTTP {status} without JSON-RPC: {response.text[:200]!r}")
+        outcome.json_rpc = bool(messages)
         for message in messages:
             outcome.problems += _malformed(message)
             error = message.get("error")
@@ -390,3 +410,17 @@ def _changes(before: Mapping[str, Task], after: Mapping[str, Task]) -> list[str]
         if task.status in AT_REST and task_id in after and _rest(after[task_id]) != _rest(task):
             problems.append(f"refused, yet task {task_id} changed: {task} -> {after[task_id]}")
     return problems
+
+
+def drive(
+    harness: Harness, kind: str, examples: int, each: Callable[[Probe, Outcome], None]
+) -> None:
+    """Draw ``examples`` probes of ``kind`` for ``harness``'s target (seeded: the same
+    ones every run), check each, and hand it and its outcome to ``each``."""
+
+    @settings(FUZZ, max_examples=examples)
+    @given(probes(kind, harness.target))
+    def probe_once(probe: Probe) -> None:
+        each(probe, harness.check(probe))
+
+    probe_once()

@@ -12,10 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
 
-from fuzz.harness import Harness, Served, fuzz_server
-from fuzz.strategies import KINDS, V2026, Probe, probes
+from fuzz.harness import Harness, Outcome, Served, drive, fuzz_server
+from fuzz.strategies import KINDS, V2026, Probe
 from keel.mcp.v2025 import V2025
 
 # slow: each module-scoped server is a real keel serve process (seconds to start), and
@@ -23,18 +22,7 @@ from keel.mcp.v2025 import V2025
 pytestmark = pytest.mark.slow
 
 EXAMPLES = {"envelope": 60, "arguments": 60, "task-id": 40, "answer": 40}
-"""Probes per test (4 kinds x 2 protocols x 2 apps x 2 stores: about 1,600 in all)."""
-FUZZ = settings(
-    derandomize=True,  # the same probes every run
-    database=None,
-    deadline=None,  # a probe's time is the server's, not Hypothesis's to judge
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    print_blob=False,
-    # No shrinking: each step of it is another request to the server, and a failure
-    # already names its probe in full (Probe.describe).
-    phases=(Phase.explicit, Phase.generate),
-    report_multiple_bugs=False,
-)
+"""Probes per test (4 kinds x 2 protocols x 2 apps x 2 stores: 1,600 in all)."""
 
 
 @pytest.fixture(
@@ -66,10 +54,7 @@ def test_no_internal_error_and_no_change_on_refusal(
         if kind == "answer" and protocol == V2026 and not harness.target.waiting:
             pytest.skip(f"{served.app} has no task that waits for input")
 
-        @settings(FUZZ, max_examples=EXAMPLES[kind])
-        @given(probes(kind, harness.target))
-        def probe_is_answered(probe: Probe) -> None:
-            outcome = harness.check(probe)
+        def answered_well(probe: Probe, outcome: Outcome) -> None:
             assert not outcome.problems, f"{probe.describe()}\n" + "\n".join(outcome.problems)
 
-        probe_is_answered()
+        drive(harness, kind, EXAMPLES[kind], answered_well)
