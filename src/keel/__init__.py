@@ -10,6 +10,7 @@ from keel import errors as _errors  # pure and light: imported at once
 
 if _typing.TYPE_CHECKING:
     from keel.errors import (
+        ArgumentsRejected,
         ConfigurationError,
         IdempotencyConflict,
         ImportFailed,
@@ -26,6 +27,7 @@ if _typing.TYPE_CHECKING:
         TaskNotFound,
         ToolError,
         UnknownInputKey,
+        UnstorableText,
     )
     from keel.model import Event, InputRequest, Reclaimed, Status, Task
     from keel.store import Store, open_store
@@ -36,6 +38,7 @@ if _typing.TYPE_CHECKING:
 
 
 __all__ = [
+    "ArgumentsRejected",
     "ConfigurationError",
     "Event",
     "IdempotencyConflict",
@@ -60,6 +63,7 @@ __all__ = [
     "TaskStore",
     "ToolError",
     "UnknownInputKey",
+    "UnstorableText",
     "open_store",
 ]
 

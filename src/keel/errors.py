@@ -13,7 +13,9 @@ Callers catch these, never driver exceptions: adapters translate ``sqlite3`` (an
     ├── IdempotencyConflict     same idempotency key, different request
     ├── InvalidPayload          not JSON, wrong shape, or an invalid JSON Schema
     │   ├── InputRejected       input that violates the schema it was requested with
+    │   │   └── ArgumentsRejected  a new task's arguments, refused by its schema or handler
     │   ├── UnknownInputKey     answers keyed by no open input request (names those expected)
+    │   ├── UnstorableText      a lone surrogate or NUL, which no store keeps (names the field)
     │   └── PayloadTooLarge     arguments, input, result or step value over the size limit
     ├── ImportFailed            a teaching-store JSON file that cannot be imported whole
     ├── ConfigurationError      a bad store location or option
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
     from keel.model.task import Task
 
 __all__ = [
+    "ArgumentsRejected",
     "ConfigurationError",
     "IdempotencyConflict",
     "ImportFailed",
@@ -52,6 +55,7 @@ __all__ = [
     "TaskNotFound",
     "ToolError",
     "UnknownInputKey",
+    "UnstorableText",
 ]
 
 INTERNAL_ERROR = -32603
@@ -66,7 +70,10 @@ class TaskNotFound(KeelError, LookupError):
     """No task has this id (or it belongs to another owner, which must look the same)."""
 
     def __init__(self, task_id: str) -> None:
-        super().__init__(f"unknown task: {task_id}")
+        # An id that is not printable text (NUL, a lone surrogate) is shown escaped, so
+        # that the message itself can be printed and sent.
+        shown = task_id if task_id.isprintable() else ascii(task_id)
+        super().__init__(f"unknown task: {shown}")
         self.task_id = task_id
 
 
@@ -181,6 +188,40 @@ class UnknownInputKey(InvalidPayload):
         self.task_id = task_id
         self.keys = list(keys)
         self.expected = list(expected)
+
+
+class ArgumentsRejected(InputRejected):
+    """Tool arguments refused before any task exists: they violate the task's input schema,
+    name an argument its handler does not take, or leave out one it needs. (The input
+    ``"arguments"`` of a task not yet created: an InputRejected, as it always was.)
+
+    Attributes:
+        field: where, from ``arguments`` (``"arguments.incident_id"``, ``"arguments.a[0]"``).
+        path: the same inside the arguments, as InputRejected has it (``"a/0"``).
+    """
+
+    def __init__(self, field: str, path: str, reason: str) -> None:
+        InvalidPayload.__init__(self, f"{field}: {reason}")
+        self.task_id = "(new task)"
+        self.key = "arguments"
+        self.field = field
+        self.path = path
+        self.reason = reason
+
+
+class UnstorableText(InvalidPayload):
+    """Text that no store keeps: a lone surrogate (not Unicode text, it has no UTF-8
+    form) or NUL (PostgreSQL's text cannot hold it; refused on every store alike).
+
+    Attributes:
+        field: where (``"arguments.note"``, ``"input.service.name"``, ``"idempotency key"``).
+        reason: which character, and where in the string.
+    """
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason
 
 
 class PayloadTooLarge(InvalidPayload):

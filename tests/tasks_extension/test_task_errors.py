@@ -94,7 +94,7 @@ async def test_invalid_arguments_name_the_field_and_create_nothing(
     cases = [
         ("typed", {"incident_id": "not-an-id"}, "incident_id"),
         ("typed", {}, "incident_id"),
-        ("quick", {"n": "twelve"}, "'n'"),
+        ("quick", {"n": "twelve"}, "arguments.n: "),
         ("ask", {}, "incident_id"),
     ]
     async with serve_http(mcp_server) as url:

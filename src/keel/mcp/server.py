@@ -39,7 +39,6 @@ from mcp.server import MCPServer, ServerRequestContext
 from mcp.server.context import CallNext, HandlerResult, ServerMiddleware
 from mcp.server.extension import Extension, MethodBinding, ToolBinding
 from mcp.server.mcpserver import authenticated_principal, require_client_extension
-from mcp.server.mcpserver.tools import Tool
 from mcp.shared.inbound import MCP_NAME_HEADER, decode_header_value
 from mcp_types import CallToolRequestParams, InputRequiredResult, RequestParams
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
@@ -61,8 +60,8 @@ from keel.mcp.wire import (
     tool_outcome,
 )
 from keel.model import Status, Task
-from keel.model.validation import validate_input
 from keel.runtime import Keel, TaskDefinition, TaskOptions, Worker
+from keel.runtime.arguments import handler_parameters
 
 __all__ = ["TasksExtension", "keel_lifespan", "mcp_error"]
 
@@ -137,10 +136,10 @@ def _tool_for(definition: TaskDefinition) -> ToolBinding:
     handler's arguments, and the ``outputSchema`` of its result if it is typed; the call
     itself is always answered by the extension."""
     handler = definition.handler
-    # Evaluated annotations: strings (``from __future__ import annotations``) would reach
-    # pydantic as forward references it cannot resolve from the SDK's module.
+    # The parameters Keel checks the arguments against (keel.runtime.arguments), so
+    # that the SDK derives from them the inputSchema Keel checks.
     signature = inspect.signature(handler, eval_str=True)
-    parameters = list(signature.parameters.values())[1:]
+    parameters = handler_parameters(handler)
     output = definition.output
 
     async def tool(**arguments: Any) -> Any:  # pragma: no cover - intercepted
@@ -166,12 +165,6 @@ def _tool_for(definition: TaskDefinition) -> ToolBinding:
             "structured_output": output is not None,
         },
     )
-
-
-def _signature_schema(definition: TaskDefinition, binding: ToolBinding) -> dict[str, Any]:
-    """The arguments schema tools/list shows for a task without its own input_schema
-    (derived from the handler's signature). Tasks with one are checked by Keel.submit."""
-    return Tool.from_function(binding.fn, name=definition.name, structured_output=False).parameters
 
 
 def _ask_first(
@@ -240,17 +233,8 @@ class TasksExtension(Extension):
         self.expose_crashes = expose_crashes
         self._limiter = PollLimiter() if rate_limit_polls else None
         self._bindings = {name: _tool_for(d) for name, d in app.tasks.items()}
-        self._schemas = {
-            name: _signature_schema(app.tasks[name], binding)
-            for name, binding in self._bindings.items()
-            if app.tasks[name].options.input_schema is None
-        }
         self.legacy = LegacyTasks(
-            app,
-            owner=_owner,
-            poll_interval=self._poll_interval,
-            schemas=self._schemas,
-            expose_crashes=expose_crashes,
+            app, owner=_owner, poll_interval=self._poll_interval, expose_crashes=expose_crashes
         )
 
     def settings(self) -> dict[str, Any]:
@@ -369,10 +353,7 @@ class TasksExtension(Extension):
             if isinstance(asked, InputRequiredResult):
                 return asked
             answers = asked
-        try:
-            schema = self._schemas.get(definition.name)
-            if schema is not None:
-                validate_input("(new task)", "arguments", schema, arguments)
+        try:  # the arguments are checked by submit, before anything is stored
             task = await self.app.submit(
                 definition.name, arguments, owner=_owner(ctx), answers=answers
             )

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, NoReturn, cast
 
 import anyio
@@ -82,7 +82,6 @@ from keel.mcp.wire import (
     task_required,
 )
 from keel.model import JsonObject, Status, Task
-from keel.model.validation import validate_input
 from keel.runtime import Keel, TaskDefinition
 
 __all__ = [
@@ -135,7 +134,6 @@ class LegacyTasks:
         app: the Keel app.
         owner: the task owner of a request (the extension's principal binding).
         poll_interval: a task's poll interval in seconds.
-        schemas: argument schemas derived from handler signatures, by task name.
         expose_crashes: show a crash's text (see ``TasksExtension``).
     """
 
@@ -145,13 +143,11 @@ class LegacyTasks:
         *,
         owner: Owner,
         poll_interval: Callable[[Task], float],
-        schemas: Mapping[str, JsonObject],
         expose_crashes: bool = False,
     ) -> None:
         self.app = app
         self.owner = owner
         self.poll_interval = poll_interval
-        self.schemas = schemas
         self.expose_crashes = expose_crashes
 
     def wire(self, task: Task) -> JsonObject:
@@ -215,10 +211,7 @@ class LegacyTasks:
         if not augmented and definition.options.task_mode == "required":
             raise error_of(task_required(definition.name))
         arguments = dict(params.arguments or {})
-        try:
-            schema = self.schemas.get(definition.name)
-            if schema is not None:
-                validate_input("(new task)", "arguments", schema, arguments)
+        try:  # the arguments are checked by submit, before anything is stored
             answers = await self._ask_first(ctx, definition)
             task = await self.app.submit(
                 definition.name, arguments, owner=self.owner(ctx), answers=answers

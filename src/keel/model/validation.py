@@ -5,11 +5,19 @@ from __future__ import annotations
 import functools
 import json
 import math
-from collections.abc import Collection, Mapping
+import re
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from keel.errors import InputRejected, InvalidPayload, PayloadTooLarge, UnknownInputKey
+from keel.errors import (
+    ArgumentsRejected,
+    InputRejected,
+    InvalidPayload,
+    PayloadTooLarge,
+    UnknownInputKey,
+    UnstorableText,
+)
 from keel.model.task import JsonObject, JsonValue, Task
 
 if TYPE_CHECKING:
@@ -24,9 +32,14 @@ __all__ = [
     "check_answer_keys",
     "check_key",
     "check_schema",
+    "check_text",
     "describe_schema",
     "encode",
+    "field_path",
     "normalize",
+    "storable",
+    "unstorable",
+    "validate_arguments",
     "validate_input",
 ]
 
@@ -55,19 +68,108 @@ class Limits:
 
 DEFAULT_LIMITS = Limits()
 
+# --- text no store keeps ---------------------------------------------------------------
+# A lone surrogate (U+D800..U+DFFF in a Python str) is not Unicode text: it has no UTF-8
+# form, so no adapter can write it. NUL is refused as well, in every text and on every
+# store: PostgreSQL's text cannot hold it, and a store must not accept what another
+# refuses (a task moved between stores, or a handler that puts an argument into its
+# status message, would fail later instead of now).
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_JSON_NUL = "\\u0000"  # how the JSON encoder writes NUL in a string
+
+
+def unstorable(text: str) -> str | None:
+    """Why no store can keep ``text`` (a NUL or a lone surrogate in it), or None."""
+    at = text.find("\x00")
+    if at >= 0:
+        return f"NUL (U+0000) at index {at} cannot be stored"
+    if not text.isascii():
+        found = _SURROGATE.search(text)
+        if found is not None:
+            return (
+                f"the lone surrogate U+{ord(found.group()):04X} at index {found.start()} is not "
+                "Unicode text and cannot be stored"
+            )
+    return None
+
+
+def storable(text: str) -> bool:
+    """Whether every store can keep ``text`` (see :func:`unstorable`)."""
+    return unstorable(text) is None
+
+
+def check_text(value: str, what: str) -> str:
+    """Refuse a string no store can keep.
+
+    Raises:
+        UnstorableText: naming ``what`` and the character.
+    """
+    reason = unstorable(value)
+    if reason is not None:
+        raise UnstorableText(what, reason)
+    return value
+
+
+def field_path(root: str, parts: Iterable[str | int]) -> str:
+    """``root`` followed by a path into a JSON value, printable whatever the keys hold:
+    ``arguments.incident_id``, ``arguments.items[0]``, ``arguments["odd key"]``."""
+    shown = [root]
+    for part in parts:
+        if isinstance(part, int):
+            shown.append(f"[{part}]")
+        elif part.isidentifier():
+            shown.append(f".{part}")
+        else:  # escaped: a key with NUL or a lone surrogate still prints
+            shown.append(f"[{json.dumps(part)}]")
+    return "".join(shown)
+
+
+def _first_unstorable(value: object) -> tuple[list[str | int], str] | None:
+    """Where in a JSON value the first string (or key) no store keeps is, and why."""
+    stack: list[tuple[object, list[str | int]]] = [(value, [])]
+    while stack:  # a stack, not recursion: nesting as deep as the encoder allows
+        item, path = stack.pop()
+        if isinstance(item, str):
+            reason = unstorable(item)
+            if reason is not None:
+                return path, reason
+        elif isinstance(item, Mapping):
+            for key, child in reversed(list(item.items())):
+                if isinstance(key, str) and not storable(key):
+                    return [*path, key], f"the key itself: {unstorable(key)}"
+                stack.append((child, [*path, key]))
+        elif isinstance(item, list | tuple):
+            stack.extend((child, [*path, i]) for i, child in reversed(list(enumerate(item))))
+    return None
+
+
+def _check_encoded(value: object, text: str, what: str) -> None:
+    # Fast on the encoded text; the value is walked only when it may hold such text.
+    if _JSON_NUL in text or (not text.isascii() and _SURROGATE.search(text) is not None):
+        found = _first_unstorable(value)
+        if found is not None:  # else an escaped backslash before "u0000": storable
+            raise UnstorableText(field_path(what, found[0]), found[1])
+
 
 def encode(value: JsonValue, what: str, limit: int) -> str:
-    """Encode ``value`` as compact JSON, refusing what JSON cannot hold or what is too big.
+    """Encode ``value`` as compact JSON, refusing what JSON cannot hold, what no store
+    keeps, or what is too big.
 
     Raises:
         InvalidPayload: the value is not JSON (a set, bytes, NaN, an object key that is not
-            a string, number, boolean or null; such keys become strings, as in ``json``).
+            a string, number, boolean or null; such keys become strings, as in ``json``),
+            or is nested too deeply to encode.
+        UnstorableText: a string (or key) in it holds NUL or a lone surrogate; the error
+            names where (``what`` then the path: ``arguments.note``).
         PayloadTooLarge: the encoding is longer than ``limit`` bytes.
     """
     try:
         text = _ENCODE(value)
     except (TypeError, ValueError) as exc:
         raise InvalidPayload(f"{what} is not JSON: {exc}") from exc
+    except RecursionError:
+        raise InvalidPayload(f"{what} is nested too deeply to store") from None
+    _check_encoded(value, text, what)
     # Every UTF-8 character is at most 4 bytes: skip the byte count when it cannot matter.
     if len(text) * 4 > limit:
         size = len(text.encode("utf-8"))
@@ -103,7 +205,7 @@ def check_key(value: object, what: str, limits: Limits = DEFAULT_LIMITS) -> str:
         raise InvalidPayload(
             f"{what} is {len(value)} characters; the limit is {limits.max_name_chars}"
         )
-    return value
+    return check_text(value, what)
 
 
 def check_message(value: object, what: str, limits: Limits = DEFAULT_LIMITS) -> str:
@@ -118,7 +220,7 @@ def check_message(value: object, what: str, limits: Limits = DEFAULT_LIMITS) -> 
         raise InvalidPayload(
             f"{what} is {len(value)} characters; the limit is {limits.max_message_chars}"
         )
-    return value
+    return check_text(value, what)
 
 
 def check_schema(schema: object, what: str) -> JsonObject:
@@ -142,18 +244,44 @@ def validate_input(task_id: str, key: str, schema: JsonObject, value: JsonValue)
     Raises:
         InputRejected: naming the first offending field and why.
     """
+    found = _violation(schema, value)
+    if found is not None:
+        path, reason = found
+        raise InputRejected(task_id, key, "/".join(str(part) for part in path), reason)
+
+
+def validate_arguments(schema: JsonObject, arguments: JsonValue) -> None:
+    """Check a new task's arguments against its input schema.
+
+    Raises:
+        ArgumentsRejected: naming the first offending field (``arguments.incident_id``).
+    """
+    found = _violation(schema, arguments)
+    if found is not None:
+        path, reason = found
+        raise ArgumentsRejected(
+            field_path("arguments", path), "/".join(str(part) for part in path), reason
+        )
+
+
+def _violation(schema: JsonObject, value: JsonValue) -> tuple[list[str | int], str] | None:
+    """The path of the first field ``value`` gets wrong, and what the schema says of it."""
     validator = _validator(canonical(schema))
-    if validator.is_valid(value):
-        return
-    error = _jsonschema().exceptions.best_match(validator.iter_errors(value))
-    if error is None:  # pragma: no cover - is_valid said otherwise
-        return
-    path = "/".join(str(part) for part in error.absolute_path)
+    try:
+        if validator.is_valid(value):
+            return None
+        error = _jsonschema().exceptions.best_match(validator.iter_errors(value))
+        if error is None:  # pragma: no cover - is_valid said otherwise
+            return None
+        message = error.message
+    except RecursionError:
+        return [], "nested too deeply to check"
+    path: list[str | int] = list(error.absolute_path)
     if error.validator == "required" and isinstance(error.instance, Mapping):
         missing = [p for p in error.validator_value if p not in error.instance]
         if missing:
-            path = "/".join([*(str(p) for p in error.absolute_path), str(missing[0])])
-    raise InputRejected(task_id, key, path, error.message)
+            path.append(str(missing[0]))
+    return path, message
 
 
 @functools.lru_cache(maxsize=256)

@@ -14,7 +14,8 @@ from typing import Any, Literal, TypeVar
 
 from keel.errors import ConfigurationError, InvalidPayload
 from keel.model import InputRequest, JsonObject, JsonValue, Status, Task
-from keel.model.validation import check_answer_keys, check_key, check_schema, validate_input
+from keel.model.validation import check_answer_keys, check_key, check_schema
+from keel.runtime.arguments import ArgumentsShape
 from keel.runtime.events import EventHub
 from keel.runtime.outcomes import ResultShape
 from keel.store import Clock, Store, open_store
@@ -41,7 +42,8 @@ class TaskOptions:
     """
 
     input_schema: JsonObject | None = None
-    """JSON Schema of the arguments; checked before a task is created."""
+    """JSON Schema of the arguments; checked before a task is created (without one, the
+    schema of the handler's signature is; see :mod:`keel.runtime.arguments`)."""
     task_mode: Literal["optional", "required"] = "optional"
     """``optional``: a client without the MCP tasks extension gets the result inline;
     ``required``: such a client is refused."""
@@ -72,11 +74,15 @@ class TaskDefinition:
     output: ResultShape | None = None
     """What the handler's return annotation promises (its tool's ``outputSchema``), if
     it is a typed object; see :class:`~keel.runtime.outcomes.ResultShape`."""
+    arguments: ArgumentsShape | None = None
+    """What the handler takes and the schema its arguments are checked against (set by
+    :meth:`Keel.task`)."""
 
     def check_arguments(self, arguments: Mapping[str, Any]) -> None:
-        """Raises InvalidPayload (InputRejected) naming the field if the arguments are wrong."""
-        if self.options.input_schema is not None:
-            validate_input("(new task)", "arguments", self.options.input_schema, dict(arguments))
+        """Raises ArgumentsRejected naming the field if the arguments are wrong: against
+        the schema, a name the handler does not take, or one it needs left out."""
+        if self.arguments is not None:
+            self.arguments.check(arguments)
 
 
 _OPTION_FIELDS = frozenset(f.name for f in dataclasses.fields(TaskOptions))
@@ -195,7 +201,8 @@ class Keel:
                 raise ConfigurationError(f"handler of task {task_name!r} must be `async def`")
             checked = _checked_options(chosen, handler)
             output = ResultShape.of(task_name, handler)
-            self._tasks[task_name] = TaskDefinition(task_name, handler, checked, output)
+            arguments = ArgumentsShape.of(task_name, handler, checked.input_schema)
+            self._tasks[task_name] = TaskDefinition(task_name, handler, checked, output, arguments)
             return registered
 
         return register
@@ -222,7 +229,10 @@ class Keel:
 
         Raises:
             ConfigurationError: no such task is registered.
-            InputRejected: the arguments violate the task's input schema (no task made).
+            ArgumentsRejected: the arguments violate the task's input schema, or name one
+                its handler does not take, or leave out one it needs (no task made).
+            UnstorableText: a NUL or lone surrogate in the arguments, the answers or the
+                key (no task made).
             IdempotencyConflict: the key is bound to another request.
         """
         definition = self.definition(name)

@@ -14,12 +14,12 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeGuard, TypeVar
 
 from keel.errors import IdempotencyConflict, ImportFailed, InvalidPayload, TaskNotFound
 from keel.model import Event, InputRequest, JsonObject, JsonValue, Limits, Reclaimed, Status, Task
 from keel.model import transitions as tr
-from keel.model.validation import check_key, check_seconds, normalize
+from keel.model.validation import check_key, check_seconds, normalize, storable
 from keel.store.protocol import Clock
 
 __all__ = [
@@ -116,10 +116,19 @@ class Op(Generic[T]):
     picks: Picks = Picks.NAMED
 
 
+def _known(task_id: object) -> TypeGuard[str]:
+    """Whether ``task_id`` could name a stored task: a string every store can hold.
+
+    An id that is not one (not a string; NUL or a lone surrogate in it, which no task id
+    has) is an unknown task on every adapter alike, and never reaches a driver (which
+    would refuse it, each in its own way)."""
+    return isinstance(task_id, str) and storable(task_id)
+
+
 def _named(task_id: object) -> tuple[str, ...]:
-    """``touches`` of an op on ``task_id`` (a caller's id that is not a string names no
-    task: the op raises TaskNotFound)."""
-    return (task_id,) if isinstance(task_id, str) else ()
+    """``touches`` of an op on ``task_id`` (an id that names no task, see :func:`_known`,
+    touches nothing: the op raises TaskNotFound)."""
+    return (task_id,) if _known(task_id) else ()
 
 
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
@@ -237,7 +246,7 @@ def _apply(tx: Tx, old: Task, change: tr.Change) -> Task:
 
 
 def _require(tx: Tx, task_id: str, owner: str | None = None) -> Task:
-    task = tx.load(task_id) if isinstance(task_id, str) else None
+    task = tx.load(task_id) if _known(task_id) else None
     if task is None or (owner is not None and task.owner != owner):
         # Another owner's task must be indistinguishable from a missing one.
         raise TaskNotFound(str(task_id))
@@ -278,12 +287,14 @@ class TxStore:
         after: str | None = None,
     ) -> Sequence[Task]:
         status = None if status is None else Status(status)
+        if not all(_known(text) for text in (owner, after) if text is not None):
+            return []  # no task has such an owner, and an unknown `after` ends the list
         return await self._run(
             Op(lambda tx: tx.page(status, owner, max(0, limit), after)), write=False
         )
 
     async def statuses(self, task_ids: Collection[str]) -> Mapping[str, tuple[Status, int]]:
-        ids = list(dict.fromkeys(task_ids))
+        ids = [task_id for task_id in dict.fromkeys(task_ids) if _known(task_id)]
         if not ids:
             return {}
         return await self._run(Op(lambda tx: tx.status_of(ids)), write=False)

@@ -1,0 +1,147 @@
+"""What a task takes: the arguments of its handler, checked before a task is created.
+
+Every way in (``Keel.submit``, so both MCP protocol generations, the CLI and the Python
+API) checks a task's arguments here, before anything is stored:
+
+* an argument the handler does not take is refused, even where the schema does not
+  forbid extra properties (the handler would raise ``TypeError`` on every attempt);
+* the arguments are validated against the task's ``input_schema`` if it has one, else
+  against the schema of its handler's signature (the one its tool publishes);
+* an argument the handler needs (no default) and the call left out is refused.
+
+The refusal is :class:`~keel.errors.ArgumentsRejected` naming the field
+(``arguments.incident_id: …``); over MCP it is ``-32602``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from keel.errors import ArgumentsRejected, ConfigurationError
+from keel.model import JsonObject, JsonValue
+from keel.model.validation import field_path, storable, validate_arguments
+
+__all__ = ["ArgumentsShape", "handler_parameters"]
+
+
+def handler_parameters(handler: Callable[..., Any]) -> list[inspect.Parameter]:
+    """The parameters a call's arguments fill: the handler's after its context, without
+    ``*args`` / ``**kwargs`` (a tool's arguments are named, and no schema lists either)."""
+    return _named(inspect.signature(handler, eval_str=True))
+
+
+def _named(signature: inspect.Signature) -> list[inspect.Parameter]:
+    return [
+        p
+        for p in list(signature.parameters.values())[1:]
+        if p.kind not in {inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD}
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class ArgumentsShape:
+    """The arguments one task's handler takes, and the schema they are checked against."""
+
+    task: str
+    names: tuple[str, ...]
+    """The named arguments the handler takes, in its order."""
+    needed: tuple[str, ...]
+    """Those without a default."""
+    open: bool
+    """The handler takes ``**kwargs``: any further name is accepted."""
+    schema: JsonObject
+    """The task's ``input_schema``, else its handler signature's (see :func:`signature_schema`)."""
+
+    @classmethod
+    def of(
+        cls, task: str, handler: Callable[..., Any], input_schema: JsonObject | None
+    ) -> ArgumentsShape:
+        """Raises ConfigurationError: an annotation that cannot be evaluated, or a
+        parameter whose type has no JSON Schema."""
+        # Evaluated annotations: strings (``from __future__ import annotations``) would
+        # reach pydantic as forward references it cannot resolve from another module.
+        try:
+            signature = inspect.signature(handler, eval_str=True)
+        except NameError as exc:
+            raise ConfigurationError(
+                f"task {task!r}: cannot evaluate its annotations: {exc}"
+            ) from exc
+        parameters = _named(signature)
+        kinds = {p.kind for p in signature.parameters.values()}
+        return cls(
+            task=task,
+            names=tuple(p.name for p in parameters),
+            needed=tuple(p.name for p in parameters if p.default is inspect.Parameter.empty),
+            open=inspect.Parameter.VAR_KEYWORD in kinds,
+            schema=signature_schema(task, parameters) if input_schema is None else input_schema,
+        )
+
+    def check(self, arguments: Mapping[str, JsonValue]) -> None:
+        """Raises ArgumentsRejected naming the first argument that is wrong."""
+        if not self.open:
+            for name in arguments:
+                if name not in self.names:
+                    raise ArgumentsRejected(
+                        field_path("arguments", [name]), name, self._unknown(name)
+                    )
+        validate_arguments(self.schema, dict(arguments))
+        for name in self.needed:
+            if name not in arguments:
+                raise ArgumentsRejected(
+                    field_path("arguments", [name]), name, f"task {self.task!r} needs this argument"
+                )
+
+    def _unknown(self, name: str) -> str:
+        shown = repr(name) if storable(name) else ascii(name)
+        takes = ", ".join(self.names) or "none"
+        return f"task {self.task!r} takes no argument {shown} (it takes: {takes})"
+
+
+def signature_schema(task: str, parameters: list[inspect.Parameter]) -> JsonObject:
+    """The JSON Schema of a handler's named arguments, as the MCP SDK derives a tool's
+    ``inputSchema`` from its signature (``mcp.server.mcpserver.utilities.func_metadata``):
+    a pydantic model named ``<task>Arguments``, an unannotated parameter a string. The
+    same schema, so that what ``tools/list`` shows is what is checked (a test compares
+    the two for every kind of parameter).
+
+    Raises:
+        ConfigurationError: a parameter whose type has no JSON Schema.
+    """
+    from pydantic import (
+        BaseModel,
+        ConfigDict,
+        Field,
+        PydanticUserError,
+        WithJsonSchema,
+        create_model,
+    )
+
+    fields: dict[str, Any] = {}
+    for p in parameters:
+        metadata: list[Any] = [Field()]
+        if callable(getattr(BaseModel, p.name, None)):  # it would shadow a BaseModel method
+            name, metadata = f"field_{p.name}", [Field(alias=p.name)]
+        else:
+            name = p.name
+        if p.annotation is inspect.Parameter.empty:
+            metadata.insert(0, WithJsonSchema({"title": p.name, "type": "string"}))
+            annotation: Any = Any
+        else:
+            annotation = p.annotation
+        spec = Annotated[(annotation, *metadata)]
+        fields[name] = spec if p.default is inspect.Parameter.empty else (spec, p.default)
+    try:
+        model = create_model(
+            f"{task}Arguments",
+            __config__=ConfigDict(arbitrary_types_allowed=True),
+            **fields,
+        )
+        schema: JsonObject = model.model_json_schema(by_alias=True)
+    except (PydanticUserError, TypeError, ValueError) as exc:
+        raise ConfigurationError(
+            f"task {task!r}: its arguments have no JSON Schema: {exc}"
+        ) from exc
+    return schema
