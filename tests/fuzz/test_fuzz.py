@@ -21,8 +21,9 @@ from keel.mcp.v2025 import V2025
 # every test sends a hundred requests to it.
 pytestmark = pytest.mark.slow
 
-EXAMPLES = {"envelope": 60, "arguments": 60, "task-id": 40, "answer": 40}
-"""Probes per test (4 kinds x 2 protocols x 2 apps x 2 stores: 1,600 in all)."""
+EXAMPLES = {"envelope": 40, "arguments": 40, "task-id": 25, "answer": 25}
+"""Probes per test (4 kinds x 2 protocols x 2 apps x 2 stores: about 1,000 in all, about
+a minute on two cores); bench/fuzz_bench.py sends ten times as many."""
 
 
 @pytest.fixture(
