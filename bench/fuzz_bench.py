@@ -21,6 +21,7 @@ answer's problems.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import tempfile
 import time
@@ -122,6 +123,8 @@ def main() -> None:
     parser.add_argument("--stores", nargs="+", default=["sqlite", "postgres"])
     parser.add_argument("--out", default="bench/results/fuzz_bench.json")
     args = parser.parse_args()
+    # SIGTERM unwinds like an error: the servers are stopped, the schemas dropped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     cells = [(a, s, p) for a in args.apps for s in args.stores for p in (V2026, V2025)]
     per_cell = -(-args.requests // len(cells))  # rounded up: at least --requests in all
     tally = Tally()

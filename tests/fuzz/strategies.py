@@ -122,7 +122,6 @@ class Probe:
     body: bytes
     headers: dict[str, str | bytes] = field(default_factory=dict)
     method: str | None = None
-    task_id: Any = None  # the task the probe names (a refusal must leave it unchanged)
 
     def describe(self) -> str:
         """The probe for a failure message (long bodies cut)."""
@@ -255,20 +254,30 @@ def request(
     params: dict[str, Any],
     *,
     declared: bool = True,
-    task_id: Any = None,
 ) -> Probe:
     """A well-formed request of ``target``'s protocol (routing headers as the official
     client sends them), whose params may be anything."""
-    headers = base_headers(target)
     body_params = dict(params)
     if target.protocol == V2026:
         body_params["_meta"] = meta(declared=declared)
+    message = {"jsonrpc": "2.0", "id": 1, "method": method, "params": body_params}
+    return Probe(kind, _dumps(message), routed(target, message), method)
+
+
+def routed(target: Target, message: Any) -> dict[str, str | bytes]:
+    """``target``'s headers for ``message``: on 2026-07-28 its ``Mcp-Method`` and
+    ``Mcp-Name`` as the official client derives them from the body (when it can), so
+    that a probe reaches past the SDK's header check."""
+    headers = base_headers(target)
+    if target.protocol != V2026 or not isinstance(message, dict):
+        return headers
+    method, params = message.get("method"), message.get("params")
+    if isinstance(method, str):
         headers["Mcp-Method"] = header(method)
-        name = body_params.get(NAME_KEYS.get(method, ""))
+        name = params.get(NAME_KEYS.get(method, "")) if isinstance(params, dict) else None
         if isinstance(name, str):
             headers["Mcp-Name"] = header(name)
-    message = {"jsonrpc": "2.0", "id": 1, "method": method, "params": body_params}
-    return Probe(kind, _dumps(message), headers, method, task_id)
+    return headers
 
 
 # --- envelopes ----------------------------------------------------------------------
@@ -319,6 +328,8 @@ def envelopes(draw: st.DrawFn, target: Target) -> Probe:
     if shape == "message":
         message, method = draw(_message(target))
         body = _dumps(message)
+        if draw(st.booleans()):
+            headers = routed(target, message)
     elif shape == "batch":
         batch = draw(st.lists(_message(target), max_size=3))
         body = _dumps([m for m, _ in batch])
@@ -502,7 +513,7 @@ def task_ids(draw: st.DrawFn, target: Target) -> Probe:
         params["inputResponses"] = draw(st.one_of(st.just({}), odd_value()))
     if draw(st.integers(0, 3)) == 0:
         params |= draw(st.dictionaries(odd_text(), odd_value(), min_size=1, max_size=2))
-    return request(target, "task-id", method, params, task_id=task_id)
+    return request(target, "task-id", method, params)
 
 
 # --- input answers ------------------------------------------------------------------
@@ -565,7 +576,7 @@ def answers(draw: st.DrawFn, target: Target) -> Probe:
     params: dict[str, Any] = {"taskId": task_id, "inputResponses": responses}
     if draw(st.integers(0, 7)) == 0:
         params["inputResponses"] = draw(odd_value())
-    return request(target, "answer", "tasks/update", params, task_id=task_id)
+    return request(target, "answer", "tasks/update", params)
 
 
 STRATEGIES = {"envelope": envelopes, "arguments": arguments, "task-id": task_ids, "answer": answers}
