@@ -4,6 +4,7 @@ conclusion), and the plain tools' answers and errors."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import anyio
@@ -23,10 +24,12 @@ from keel.bridge import (
     run_diagnosis,
 )
 from keel.bridge.settings import BridgeSettings
+from keel.bridge.tools import MAX_DURATION_MS, MAX_LIMIT
 from keel.mcp.client import Created, Detailed, GetTask, TaskIdParams, UpdateParams, UpdateTask
 from keel.mcp.client import TasksClientExtension as Tasks
 from keel.mcp.serving import app_server
 from keel.store import SqliteStore
+from tasks_extension.support import post, serve_http
 
 from .conftest import DatasetFactory
 
@@ -212,7 +215,52 @@ async def test_plain_tools_answer_and_refuse_bad_input(server: MCPServer[Any]) -
         assert "since is not an ISO 8601 time: 'yesterday-ish'" in garbled.content[0].text
         too_many = await client.call_tool("search_traces", {"limit": 100_000})
         assert too_many.is_error
-        assert "limit must be between 1 and 1000" in too_many.content[0].text
+        assert "limit\n  Input should be less than or equal to 1000" in too_many.content[0].text
+
+
+@pytest.mark.slow
+async def test_plain_tools_bound_every_argument_and_name_the_one_out_of_range(
+    server: MCPServer[Any],
+) -> None:
+    """Times outside the index's range, NaN, infinities, huge durations and limits, over
+    long strings: a tool error naming the argument (MCP's input validation errors, for
+    the model to correct), never a bare "Error executing tool"; the published schema
+    carries the bounds."""
+    cases = [
+        ("search_traces", {"start": "9999-12-31T23:59:59Z"}, "start must be from 1970"),
+        ("search_traces", {"end": "9999-12-31T23:59:59-14:00"}, "end must be from 1970"),
+        ("search_traces", {"start": "0001-01-01T00:00:00Z"}, "start must be from 1970"),
+        ("list_deploys", {"until": "2300-01-01T00:00:00Z"}, "until must be from 1970"),
+        (
+            "search_traces",
+            {"min_duration_ms": math.nan},
+            "min_duration_ms\n  Input should be a finite",
+        ),
+        (
+            "search_traces",
+            {"min_duration_ms": -math.inf},
+            "min_duration_ms\n  Input should be a finite",
+        ),
+        ("search_traces", {"min_duration_ms": 1e300}, "min_duration_ms\n  Input should be less"),
+        ("search_traces", {"min_duration_ms": -1}, "min_duration_ms\n  Input should be greater"),
+        ("search_traces", {"limit": 2**70}, "limit\n  Input should be less than or equal to 1000"),
+        ("list_deploys", {"limit": 0}, "limit\n  Input should be greater than or equal to 1"),
+        ("search_traces", {"service": "x" * 300}, "service\n  String should have at most 256"),
+        ("get_incident", {"incident_id": "x" * 300}, "incident_id\n  String should have at most"),
+    ]
+    async with serve_http(server) as url:
+        tools = {t["name"]: t for t in (await post(url, "tools/list", {})).result["tools"]}
+        for name, arguments, named in cases:
+            # Raw JSON-RPC: the SDK's client would send NaN and infinities as null.
+            answer = await post(url, "tools/call", {"name": name, "arguments": arguments})
+            result = answer.result
+            assert result["isError"] is True, (name, arguments, result)
+            text = result["content"][0]["text"]
+            assert named in text, (name, arguments, text)
+    duration = tools["search_traces"]["inputSchema"]["properties"]["min_duration_ms"]["anyOf"][0]
+    assert (duration["minimum"], duration["maximum"]) == (0, MAX_DURATION_MS)
+    limit = tools["list_deploys"]["inputSchema"]["properties"]["limit"]
+    assert (limit["minimum"], limit["maximum"]) == (1, MAX_LIMIT)
 
 
 async def test_settings_refuse_a_bad_pace() -> None:

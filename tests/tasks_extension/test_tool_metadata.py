@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx2
 import jsonschema
@@ -83,6 +83,19 @@ def typed_app(tmp_path: Path) -> Keel:
     async def say(ctx: TaskContext) -> str:
         """Say something (text only)."""
         return "hello"
+
+    @app.task("kinds", poll_interval=0.05)
+    async def kinds(  # one parameter of each kind the two schemas must agree on
+        ctx: TaskContext,
+        plain,  # unannotated: published as a string
+        json: int,  # shadows a pydantic method: the SDK aliases it
+        mode: Literal["fast", "slow"] = "fast",
+        tags: list[str] | None = None,
+        when: datetime | None = None,
+        **rest: Any,  # not in the schema: the tool's arguments are named
+    ) -> str:
+        """One parameter of each kind."""
+        return "ok"
 
     return app
 

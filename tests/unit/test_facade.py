@@ -17,6 +17,7 @@ from keel import (
     TaskNotFound,
     TaskSnapshot,
     TaskStore,
+    UnstorableText,
 )
 from keel.model import DEFAULT_INPUT_KEY, INTERNAL_ERROR
 from keel.store import ENV_VAR, MemoryStore, SqliteStore
@@ -222,6 +223,19 @@ def test_invalid_input_is_rejected_and_changes_nothing(store):
         store.provide_input(task.task_id, {"team": "sre"})
     assert info.value.path == "service"
     assert store.get(task.task_id) == task
+
+
+@pytest.mark.parametrize("bad", ["pay\x00ments", "pay\ud800"], ids=["nul", "lone-surrogate"])
+def test_unstorable_text_in_input_is_refused_naming_the_field(store, bad):
+    """Input holding NUL or a lone surrogate: UnstorableText naming the field, the task
+    unchanged and still waiting; a task id holding one is an unknown task."""
+    task = store.create(SCHEMA)
+    with pytest.raises(UnstorableText) as info:
+        store.provide_input(task.task_id, {"service": bad})
+    assert info.value.field == f"input.{DEFAULT_INPUT_KEY}.service"
+    assert store.get(task.task_id) == task
+    with pytest.raises(TaskNotFound):
+        store.provide_input(bad, {"service": "payments"})
 
 
 def test_invalid_schema_is_refused(store):

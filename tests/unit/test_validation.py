@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from keel import InputRejected, InvalidPayload, PayloadTooLarge
+from keel import ArgumentsRejected, InputRejected, InvalidPayload, PayloadTooLarge, UnstorableText
 from keel.model import Limits
 from keel.model.validation import (
     canonical,
@@ -15,7 +15,10 @@ from keel.model.validation import (
     check_schema,
     check_seconds,
     encode,
+    field_path,
     normalize,
+    unstorable,
+    validate_arguments,
     validate_input,
 )
 
@@ -36,8 +39,9 @@ def test_encode_is_compact_and_keeps_unicode():
     ids=["set", "nan", "inf", "-inf", "bytes", "object", "tuple-key"],
 )
 def test_encode_refuses_what_json_cannot_hold(value):
-    """Sets, NaN, infinities, bytes, objects and tuple keys raise InvalidPayload naming it."""
-    with pytest.raises(InvalidPayload, match="thing is not JSON") as info:
+    """Sets, NaN, infinities, bytes, objects and tuple keys raise InvalidPayload naming it
+    (and, for a number JSON has no form for, where it is: ``thing.v: nan is not JSON``)."""
+    with pytest.raises(InvalidPayload, match=r"^thing(\.v: \S+)? is not JSON") as info:
         encode({"v": value}, "thing", 1000)
     assert not isinstance(info.value, PayloadTooLarge)
 
@@ -188,3 +192,87 @@ def test_validate_input_names_the_offending_field(schema, value, path):
     assert "task-1" in str(error)
     assert "'svc'" in str(error)
     assert isinstance(error, InvalidPayload)
+
+
+# --- text no store keeps (issue 15) -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("ok", None),
+        ("\U0001f600 é \\u0000", None),  # astral, accented, an escaped backslash: fine
+        ("a\x00b", "NUL (U+0000) at index 1 cannot be stored"),
+        ("x\udfff", "the lone surrogate U+DFFF at index 1 is not Unicode text"),
+    ],
+)
+def test_unstorable_names_the_character_and_where(text, reason):
+    """NUL and lone surrogates are refused, with their index; other text is storable."""
+    found = unstorable(text)
+    assert (found is None) == (reason is None)
+    if reason is not None:
+        assert found is not None
+        assert found.startswith(reason)
+
+
+def test_field_path_prints_any_key():
+    """Identifiers join with dots, indices in brackets, other keys escaped in quotes."""
+    assert field_path("arguments", ["a", 0, "b c", "\x00", "\ud800"]) == (
+        'arguments.a[0]["b c"]["\\u0000"]["\\ud800"]'
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "field"),
+    [
+        ({"note": "\ud800"}, "v.note"),
+        ({"hosts": ["a", "b\x00"]}, "v.hosts[1]"),
+        ({"k\x00": 1}, 'v["k\\u0000"]'),
+        ("\x00", "v"),
+    ],
+)
+def test_encode_refuses_unstorable_text_naming_the_field(value, field):
+    """encode (so every payload a store keeps) refuses such text, naming where it is."""
+    with pytest.raises(UnstorableText) as info:
+        encode(value, "v", 1000)
+    assert info.value.field == field
+    assert isinstance(info.value, InvalidPayload)
+
+
+def test_keys_and_messages_refuse_unstorable_text():
+    """Names, keys and messages (stored as text columns) are refused the same way."""
+    with pytest.raises(UnstorableText, match=r"^idempotency key: NUL"):
+        check_key("k\x00", "idempotency key")
+    with pytest.raises(UnstorableText, match=r"^status message: the lone surrogate"):
+        check_message("\ud800", "status message")
+
+
+def test_encode_refuses_a_value_that_holds_itself():
+    """A cycle is not JSON (and finding where the fault is ends, too)."""
+    cycle: list[object] = []
+    cycle.append(cycle)
+    with pytest.raises(InvalidPayload, match="v is not JSON: Circular reference"):
+        encode({"a": cycle}, "v", 1000)
+
+
+def test_encode_refuses_nesting_too_deep_to_encode():
+    """A value nested past the encoder's recursion limit is InvalidPayload, not a crash."""
+    deep: list[object] = []
+    for _ in range(100_000):
+        deep = [deep]
+    with pytest.raises(InvalidPayload, match="nested too deeply"):
+        encode(deep, "v", 10 << 20)
+
+
+def test_validate_arguments_names_the_field_from_arguments():
+    """Arguments against their schema: ArgumentsRejected (an InputRejected) naming
+    ``arguments.<path>``, with the path inside the arguments as InputRejected has it."""
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "array", "items": {"type": "integer"}}},
+    }
+    with pytest.raises(ArgumentsRejected) as info:
+        validate_arguments(schema, {"a": [1, "x"]})
+    assert str(info.value) == "arguments.a[1]: 'x' is not of type 'integer'"
+    assert (info.value.field, info.value.path) == ("arguments.a[1]", "a/1")
+    assert isinstance(info.value, InputRejected)

@@ -3,19 +3,25 @@
 Every citation of a diagnosis names one of these tools and the arguments that resolve
 it. Each tool answers with structured content and text; bad input (an unknown incident,
 a time range that ends before it starts …) is a tool error (``isError: true``) with a
-message that says what is wrong.
+message that says what is wrong, as MCP asks of input validation errors, so that a model
+can correct its call. Every argument is bounded in the published ``inputSchema``
+(lengths, ranges, finite numbers; the SDK refuses what falls outside it, naming the
+field) and again here, where times are parsed: a time outside
+:data:`FIRST_TIME`..:data:`LAST_TIME` is refused by name, never a crash.
 """
 
 from __future__ import annotations
 
 import inspect
 import json
-from typing import Any
+import math
+from typing import Annotated, Any
 
 import anyio.to_thread
 from mcp.server import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, TextContent
+from pydantic import Field
 
 from keel.bridge.core import Bridge, open_bridge
 from keel.bridge.errors import BadQuery, BridgeError
@@ -23,18 +29,39 @@ from keel.bridge.records import parse_time
 from keel.bridge.settings import BridgeSettings
 from keel.errors import KeelError
 
-__all__ = ["MAX_LIMIT", "BridgeTools", "add_tools"]
+__all__ = ["FIRST_TIME", "LAST_TIME", "MAX_DURATION_MS", "MAX_LIMIT", "BridgeTools", "add_tools"]
 
 MAX_LIMIT = 1_000  # results one call may return
+MAX_DURATION_MS = 365 * 86_400_000.0  # milliseconds: a year, longer than any span
+MAX_TEXT = 256  # characters of a name or id argument (service, incident, trace …)
+MAX_TIME_TEXT = 64  # characters of an ISO 8601 time argument
+FIRST_TIME = "1970-01-01T00:00:00Z"
+LAST_TIME = "2200-01-01T00:00:00Z"
+"""The times a query may name (the index keeps nanoseconds in 64 bits)."""
+
+Text = Annotated[str, Field(max_length=MAX_TEXT)]
+Time = Annotated[
+    str, Field(max_length=MAX_TIME_TEXT, description=f"ISO 8601, {FIRST_TIME} to {LAST_TIME}")
+]
+Limit = Annotated[int, Field(ge=1, le=MAX_LIMIT)]
+Duration = Annotated[float, Field(ge=0, le=MAX_DURATION_MS, allow_inf_nan=False)]
 
 
 def _time(value: str | None, what: str) -> int | None:
     if value is None or value == "":
         return None
     try:
-        return parse_time(value, what)
+        ns = parse_time(value, what)
+    except OverflowError:  # a valid date that no timestamp reaches (year 9999 - 14:00)
+        ns = None
     except ValueError as exc:
         raise BadQuery(str(exc)) from None
+    if ns is None or not _TIME_RANGE[0] <= ns < _TIME_RANGE[1]:
+        raise BadQuery(f"{what} must be from {FIRST_TIME} to before {LAST_TIME}, not {value!r}")
+    return ns
+
+
+_TIME_RANGE = (parse_time(FIRST_TIME, "first"), parse_time(LAST_TIME, "last"))
 
 
 def _range(
@@ -75,8 +102,12 @@ class BridgeTools:
         limit: int = 50,
     ) -> dict[str, Any]:
         first, last = _range(start, end)
-        if min_duration_ms is not None and min_duration_ms < 0:
-            raise BadQuery("min_duration_ms must be >= 0")
+        if min_duration_ms is not None and not (
+            math.isfinite(min_duration_ms) and 0 <= min_duration_ms <= MAX_DURATION_MS
+        ):
+            raise BadQuery(
+                f"min_duration_ms must be from 0 to {MAX_DURATION_MS:.0f}, not {min_duration_ms}"
+            )
         spans, total = self.bridge.index.search(
             service=service,
             start=first,
@@ -168,19 +199,19 @@ def add_tools(server: MCPServer[Any], settings: BridgeSettings) -> None:
             content=[TextContent(type="text", text=_text(name, value))], structured_content=value
         )
 
-    async def get_incident(incident_id: str) -> CallToolResult:
+    async def get_incident(incident_id: Text) -> CallToolResult:
         """An incident by id: title, severity, when it was opened, symptoms, affected service."""
         return await call("get_incident", incident_id=incident_id)
 
     async def search_traces(  # noqa: PLR0917 - a tool's parameters are its arguments
-        service: str | None = None,
-        start: str | None = None,
-        end: str | None = None,
-        trace_id: str | None = None,
-        span_id: str | None = None,
+        service: Text | None = None,
+        start: Time | None = None,
+        end: Time | None = None,
+        trace_id: Text | None = None,
+        span_id: Text | None = None,
         errors_only: bool = False,
-        min_duration_ms: float | None = None,
-        limit: int = 50,
+        min_duration_ms: Duration | None = None,
+        limit: Limit = 50,
     ) -> CallToolResult:
         """Spans matching every given filter, oldest first: service, time range (ISO 8601
         start/end, by span start), trace id, span id, errors only, minimum duration."""
@@ -197,11 +228,11 @@ def add_tools(server: MCPServer[Any], settings: BridgeSettings) -> None:
         )
 
     async def list_deploys(
-        service: str | None = None,
-        since: str | None = None,
-        until: str | None = None,
-        deploy_id: str | None = None,
-        limit: int = 100,
+        service: Text | None = None,
+        since: Time | None = None,
+        until: Time | None = None,
+        deploy_id: Text | None = None,
+        limit: Limit = 100,
     ) -> CallToolResult:
         """Deploys and configuration changes, oldest first, by service, time range
         (ISO 8601 since/until) or id."""

@@ -27,6 +27,7 @@ from keel.model.validation import (
     check_key,
     check_message,
     check_seconds,
+    field_path,
     normalize,
     validate_input,
 )
@@ -56,6 +57,8 @@ def new_task(
     Raises:
         InputRejected: an answer that violates its request's schema.
         InvalidPayload: arguments not a JSON object, a bad schema, key, ttl or max_attempts.
+        UnstorableText: NUL or a lone surrogate in the arguments, an answer, the name, owner
+            or idempotency key (the error names the field: ``arguments.note: …``).
         PayloadTooLarge: arguments over the limit.
     """
     if name is not None:
@@ -76,7 +79,7 @@ def new_task(
     for key, raw in (input_responses or {}).items():
         if key not in requests:
             raise InvalidPayload(f"input {key!r} answers no input request of the new task")
-        _, value = normalize(raw, f"input {key!r}", limits.max_input_bytes)
+        _, value = normalize(raw, field_path("input", [key]), limits.max_input_bytes)
         validate_input(task_id, key, requests[key].schema, value)
         answered[key] = value
     pending = {k: r for k, r in requests.items() if k not in answered}

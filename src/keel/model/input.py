@@ -19,7 +19,7 @@ from keel.model.machine import (
     unchanged,
 )
 from keel.model.task import InputRequest, JsonValue, Task
-from keel.model.validation import DEFAULT_LIMITS, Limits, normalize, validate_input
+from keel.model.validation import DEFAULT_LIMITS, Limits, field_path, normalize, validate_input
 
 __all__ = ["provide_input", "request_input"]
 
@@ -85,6 +85,7 @@ def provide_input(
         TaskAlreadyTerminal: the task ended.
         InvalidTransition: the task is not waiting for input.
         InputRejected: an answer violates its schema (nothing is accepted).
+        UnstorableText: NUL or a lone surrogate in an answer (``input.KEY.field: …``).
         PayloadTooLarge: an answer over the limit.
     """
     if task.status.terminal:
@@ -108,7 +109,7 @@ def provide_input(
         request = pending.get(key)
         if request is None:
             continue
-        _, value = normalize(raw, f"input {key!r}", limits.max_input_bytes)
+        _, value = normalize(raw, field_path("input", [key]), limits.max_input_bytes)
         validate_input(task.task_id, key, request.schema, value)
         accepted[key] = value
     if not accepted:

@@ -125,14 +125,22 @@ def field_path(root: str, parts: Iterable[str | int]) -> str:
 
 
 def _first_unstorable(value: object) -> tuple[list[str | int], str] | None:
-    """Where in a JSON value the first string (or key) no store keeps is, and why."""
+    """Where in a JSON value the first string (or key) no store keeps is, or the first
+    number JSON has no form for (NaN, an infinity), and why."""
     stack: list[tuple[object, list[str | int]]] = [(value, [])]
+    seen: set[int] = set()  # containers walked: a value that holds itself ends the walk
     while stack:  # a stack, not recursion: nesting as deep as the encoder allows
         item, path = stack.pop()
+        if isinstance(item, Mapping | list | tuple):
+            if id(item) in seen:
+                continue
+            seen.add(id(item))
         if isinstance(item, str):
             reason = unstorable(item)
             if reason is not None:
                 return path, reason
+        elif isinstance(item, float) and not math.isfinite(item):
+            return path, f"{item} is not JSON (no JSON number is NaN or infinite)"
         elif isinstance(item, Mapping):
             for key, child in reversed(list(item.items())):
                 if isinstance(key, str) and not storable(key):
@@ -165,7 +173,12 @@ def encode(value: JsonValue, what: str, limit: int) -> str:
     """
     try:
         text = _ENCODE(value)
-    except (TypeError, ValueError) as exc:
+    except ValueError as exc:  # NaN or an infinity (named where it is), or a cycle
+        found = _first_unstorable(value)
+        if found is not None:
+            raise InvalidPayload(f"{field_path(what, found[0])}: {found[1]}") from exc
+        raise InvalidPayload(f"{what} is not JSON: {exc}") from exc
+    except TypeError as exc:
         raise InvalidPayload(f"{what} is not JSON: {exc}") from exc
     except RecursionError:
         raise InvalidPayload(f"{what} is nested too deeply to store") from None

@@ -22,7 +22,7 @@ from typing import Annotated, Any
 
 from keel.errors import ArgumentsRejected, ConfigurationError
 from keel.model import JsonObject, JsonValue
-from keel.model.validation import field_path, storable, validate_arguments
+from keel.model.validation import field_path, validate_arguments
 
 __all__ = ["ArgumentsShape", "handler_parameters"]
 
@@ -95,9 +95,9 @@ class ArgumentsShape:
                 )
 
     def _unknown(self, name: str) -> str:
-        shown = repr(name) if storable(name) else ascii(name)
         takes = ", ".join(self.names) or "none"
-        return f"task {self.task!r} takes no argument {shown} (it takes: {takes})"
+        # repr escapes NUL and lone surrogates: the message stays printable and sendable.
+        return f"task {self.task!r} takes no argument {name!r} (it takes: {takes})"
 
 
 def signature_schema(task: str, parameters: list[inspect.Parameter]) -> JsonObject:

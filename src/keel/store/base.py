@@ -287,8 +287,8 @@ class TxStore:
         after: str | None = None,
     ) -> Sequence[Task]:
         status = None if status is None else Status(status)
-        if not all(_known(text) for text in (owner, after) if text is not None):
-            return []  # no task has such an owner, and an unknown `after` ends the list
+        if not all(storable(text) for text in (owner, after) if isinstance(text, str)):
+            return []  # no task has such an owner or id (and an unknown `after` ends a list)
         return await self._run(
             Op(lambda tx: tx.page(status, owner, max(0, limit), after)), write=False
         )

@@ -1,0 +1,96 @@
+"""``Keel.submit`` checks a task's arguments against what its handler takes (issue 15):
+the one home every way in goes through (both MCP generations, the CLI, the Python API)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import pytest
+
+from keel.errors import ArgumentsRejected, ConfigurationError, InputRejected
+from keel.runtime import Keel, TaskContext
+from keel.store import Store
+
+pytestmark = pytest.mark.anyio
+
+OPEN_SCHEMA = {"type": "object", "properties": {"incident_id": {"type": "string"}}}
+"""Allows extra properties, and requires nothing."""
+
+
+class Opaque:
+    """A type pydantic has no JSON Schema for."""
+
+
+async def refused(app: Keel, name: str, arguments: dict[str, Any], field: str) -> str:
+    """Submit, expect ArgumentsRejected naming ``field``; nothing may be stored."""
+    with pytest.raises(ArgumentsRejected) as info:
+        await app.submit(name, arguments)
+    assert info.value.field == field
+    assert str(info.value).startswith(f"{field}: ")
+    assert list(await app.store.list()) == []
+    return str(info.value)
+
+
+async def test_an_argument_the_handler_does_not_take_is_refused(store: Store) -> None:
+    """Even where the input_schema allows extra properties: the handler would raise
+    TypeError on every attempt, so no task is made (the message lists what it takes)."""
+    app = Keel(store)
+
+    @app.task("diagnose", input_schema=OPEN_SCHEMA)
+    async def diagnose(ctx: TaskContext, incident_id: str, depth: int = 1) -> None:
+        """Takes two arguments."""
+
+    message = await refused(
+        app, "diagnose", {"incident_id": "INC-1", "bogus": 1}, "arguments.bogus"
+    )
+    assert message.endswith("takes no argument 'bogus' (it takes: incident_id, depth)")
+    await refused(app, "diagnose", {"depth": 2}, "arguments.incident_id")  # needed, not required
+
+
+async def test_without_an_input_schema_the_signature_is_checked(store: Store) -> None:
+    """A handler's annotations are its schema, on the Python API as over MCP."""
+    app = Keel(store)
+
+    @app.task("quick")
+    async def quick(
+        ctx: TaskContext, n: int, mode: Literal["a", "b"] = "a", tags: list[str] | None = None
+    ) -> None:
+        """Typed arguments."""
+
+    await refused(app, "quick", {"n": "twelve"}, "arguments.n")
+    await refused(app, "quick", {"n": 1, "mode": "c"}, "arguments.mode")
+    await refused(app, "quick", {"n": 1, "tags": ["x", 2]}, "arguments.tags[1]")
+    await refused(app, "quick", {}, "arguments.n")
+    task = await app.submit("quick", {"n": 1, "tags": ["x"]})
+    assert task.arguments == {"n": 1, "tags": ["x"]}
+
+
+async def test_kwargs_handlers_take_any_name_and_unannotated_arguments_are_strings(
+    store: Store,
+) -> None:
+    """``**kwargs`` opens the names; an unannotated parameter is a string (as the SDK
+    publishes it); a parameter named like a pydantic method is an ordinary argument."""
+    app = Keel(store)
+
+    @app.task("open")
+    async def open_(ctx: TaskContext, first, json: int = 0, **rest: Any) -> None:
+        """Anything goes, after ``first``."""
+
+    assert app.definition("open").arguments is not None
+    await app.submit("open", {"first": "x", "json": 3, "anything": [1]})
+    with pytest.raises(InputRejected, match=r"^arguments\.first: 1 is not of type 'string'"):
+        await app.submit("open", {"first": 1})
+
+
+async def test_a_parameter_type_without_a_json_schema_is_refused_at_registration(
+    store: Store,
+) -> None:
+    """As for results: the tool could not publish its arguments, so it is not registered."""
+    app = Keel(store)
+
+    async def takes(ctx: TaskContext, thing: Opaque) -> None:
+        """An argument no JSON can be."""
+
+    with pytest.raises(ConfigurationError, match="arguments have no JSON Schema"):
+        app.task("takes")(takes)
+    assert app.tasks == {}
