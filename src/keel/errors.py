@@ -19,7 +19,9 @@ Callers catch these, never driver exceptions: adapters translate ``sqlite3`` (an
     │   └── PayloadTooLarge     arguments, input, result or step value over the size limit
     ├── ImportFailed            a teaching-store JSON file that cannot be imported whole
     ├── ConfigurationError      a bad store location or option
-    ├── StoreError              the storage itself failed (I/O, corruption, busy too long)
+    ├── StoreError              the storage itself failed (I/O, corruption)
+    │   └── StoreUnavailable    unreachable, locked, out of disk or read-only for now:
+    │                           names the store and the cause; retry after ``retry_after``
     │
     │   handlers and the runtime (``keel.runtime`` re-exports these three):
     ├── ToolError               raised by a handler: its task completes with ``isError: true``
@@ -50,6 +52,7 @@ __all__ = [
     "LeaseLost",
     "PayloadTooLarge",
     "StoreError",
+    "StoreUnavailable",
     "TaskAlreadyTerminal",
     "TaskFailed",
     "TaskNotFound",
@@ -251,6 +254,25 @@ class ConfigurationError(KeelError, ValueError):
 
 class StoreError(KeelError):
     """The storage failed underneath Keel: I/O error, corruption, lock held too long."""
+
+
+class StoreUnavailable(StoreError):
+    """The store cannot serve the call now, for a reason outside the call: the server is
+    down or unreachable, another process held the lock past the store timeout, the disk
+    is full, the file or server is read-only. Nothing was written by the call (except
+    where the message says it may have been). Another try later may succeed.
+
+    Attributes:
+        store: where the store is, for people (never a password).
+        cause: what is wrong, in a few words (``connection refused``, ``the disk is full``).
+        retry_after: seconds a client should wait before it tries again (a hint).
+    """
+
+    def __init__(self, store: str, cause: str, *, retry_after: float = 1.0) -> None:
+        super().__init__(f"store {store} is unavailable: {cause}")
+        self.store = store
+        self.cause = cause
+        self.retry_after = retry_after
 
 
 class ToolError(KeelError):

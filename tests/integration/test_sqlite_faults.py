@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from keel.errors import StoreError
+from keel.errors import StoreError, StoreUnavailable
 from keel.store import SqliteStore
 
 pytestmark = pytest.mark.anyio
@@ -53,7 +53,7 @@ async def test_a_lock_held_past_the_busy_timeout_is_busy(db, locked):
     with "busy", from SQLITE_BUSY; nothing is written."""
     store = SqliteStore(db, busy_timeout=0.05)
     try:
-        with pytest.raises(StoreError, match=f"store {db} is busy") as info:
+        with pytest.raises(StoreUnavailable, match=f"store {db} is unavailable: busy") as info:
             await store.create(name=JOB)
         assert _code(info.value).startswith("SQLITE_BUSY")
         locked.execute("ROLLBACK")
@@ -80,7 +80,7 @@ def test_a_file_that_is_not_a_database_is_unreadable(tmp_path, content):
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes read-only files anyway")
 async def test_a_read_only_file_cannot_be_written(db):
     """A store file without write permission: opening it or writing to it fails with
-    "cannot write to store" (SQLITE_READONLY) or "cannot open store" (SQLITE_CANTOPEN)."""
+    "read-only" (SQLITE_READONLY) or "cannot open store" (SQLITE_CANTOPEN)."""
 
     async def open_and_write() -> None:
         store = SqliteStore(db)
@@ -91,7 +91,9 @@ async def test_a_read_only_file_cannot_be_written(db):
 
     db.chmod(0o444)
     try:
-        with pytest.raises(StoreError, match=f"cannot (write to|open) store {db}") as info:
+        with pytest.raises(
+            StoreError, match=f"(store {db} is unavailable: read-only|cannot open store {db})"
+        ) as info:
             await open_and_write()
         assert _code(info.value).startswith(("SQLITE_READONLY", "SQLITE_CANTOPEN"))
     finally:
@@ -105,7 +107,7 @@ async def test_a_read_only_connection_cannot_write(db):
     store = SqliteStore(db)
     try:
         store._db.sql.execute("PRAGMA query_only = ON")  # the store's one connection
-        with pytest.raises(StoreError, match=f"cannot write to store {db}") as info:
+        with pytest.raises(StoreUnavailable, match=f"store {db} is unavailable: read-only") as info:
             await store.create(name=JOB)
         assert _code(info.value) == "SQLITE_READONLY"
         assert await store.list() == []
@@ -121,3 +123,26 @@ def test_a_folder_in_place_of_the_file_cannot_be_opened(tmp_path):
     with pytest.raises(StoreError, match=f"cannot open store {path}") as info:
         SqliteStore(path)
     assert _code(info.value).startswith("SQLITE_CANTOPEN")
+
+
+async def test_a_full_disk_is_named_and_writes_nothing(db):
+    """A database that cannot grow (``max_page_count``: SQLite's own limit, met exactly as
+    a full disk is, with SQLITE_FULL): StoreUnavailable "the disk is full", and the
+    write that met it left nothing behind; reads still work."""
+    store = SqliteStore(db)
+    try:
+        pages = store._db.sql.execute("PRAGMA page_count").fetchone()[0]
+        store._db.sql.execute(f"PRAGMA max_page_count = {pages + 2}")
+        made = 0
+
+        async def fill() -> None:
+            nonlocal made
+            for _ in range(1000):
+                await store.create(name=JOB, arguments={"pad": "x" * 2000})
+                made += 1
+
+        with pytest.raises(StoreUnavailable, match=f"store {db} is unavailable: the disk is full"):
+            await fill()
+        assert len(await store.list(limit=1000)) == made
+    finally:
+        await store.close()

@@ -8,7 +8,7 @@ import psycopg_pool
 import pytest
 from psycopg import errors as pg
 
-from keel import ConfigurationError, StoreError
+from keel import ConfigurationError, StoreError, StoreUnavailable
 from keel.store.postgres.config import parse_postgres_url
 from keel.store.postgres.faults import (
     FAULTS,
@@ -22,6 +22,7 @@ from keel.store.postgres.faults import (
 )
 
 WHERE = "db:5432/keel (schema k)"
+URL = "postgresql://keel:secret@db:5432/keel?schema=k"
 
 # What each row of FAULTS must say: (transient, connection lost). Written out again here
 # on purpose: a change to the table must be a change to this test too.
@@ -74,14 +75,28 @@ def test_each_row_maps_to_a_store_error_with_its_meaning(key):
         assert pg.lookup(fault.name.upper()).sqlstate == key
     assert fault_of(exc) is fault
     assert (is_transient(exc), connection_lost(exc)) == EXPECTED[key]
-    error = store_error(exc, WHERE)
-    assert type(error) is StoreError
+    error = store_error(exc, WHERE, URL)
     assert error.__cause__ is exc
-    expected = f"PostgreSQL error on store {WHERE}: the server's message on two lines"
-    expected += f" [SQLSTATE {exc.sqlstate}]"
+    text = f"the server's message on two lines [SQLSTATE {exc.sqlstate}]"
+    if fault.unavailable:  # named as what it is, the store by its URL without password
+        assert type(error) is StoreUnavailable
+        assert str(error) == (
+            "store postgresql://keel:***@db:5432/keel?schema=k is unavailable: "
+            f"{fault.hint} ({text})"
+        )
+        return
+    assert type(error) is StoreError
+    expected = f"PostgreSQL error on store {WHERE}: {text}"
     if fault.hint:
         expected += f"; {fault.hint}"
     assert str(error) == expected == describe(exc, WHERE)
+
+
+def test_a_full_disk_and_a_read_only_server_are_unavailable():
+    """53100 and 25006 say what they are: a full disk, a read-only server."""
+    assert {k for k, f in FAULTS.items() if f.unavailable} == {"53100", "25006"}
+    assert "disk is full" in FAULTS["53100"].hint
+    assert "read-only" in FAULTS["25006"].hint
 
 
 @pytest.mark.parametrize("code", ["08007", "08P01"])

@@ -11,20 +11,20 @@ import sqlite3
 
 import pytest
 
-from keel.errors import StoreError
+from keel.errors import StoreError, StoreUnavailable
 from keel.store.sqlite.faults import FAULTS, GENERIC, is_busy, translate
 
 PATH = "/data/keel.db"
 
 EXPECTED = {
-    "SQLITE_BUSY": "store /data/keel.db is busy: another process held its write lock",
-    "SQLITE_LOCKED": "store /data/keel.db is busy: another process held its write lock",
+    "SQLITE_BUSY": "store /data/keel.db is unavailable: busy: another process held its write",
+    "SQLITE_LOCKED": "store /data/keel.db is unavailable: busy: another process held its write",
     "SQLITE_NOTADB": "store /data/keel.db is not a readable Keel SQLite store",
-    "SQLITE_CORRUPT": "store /data/keel.db is damaged: not a readable Keel SQLite store",
-    "SQLITE_READONLY": "cannot write to store /data/keel.db",
-    "SQLITE_PERM": "cannot write to store /data/keel.db",
+    "SQLITE_CORRUPT": "store /data/keel.db is corrupt: some of its pages are damaged",
+    "SQLITE_READONLY": "store /data/keel.db is unavailable: read-only: the file or its folder",
+    "SQLITE_PERM": "store /data/keel.db is unavailable: read-only: the file or its folder",
     "SQLITE_CANTOPEN": "cannot open store /data/keel.db",
-    "SQLITE_FULL": "store /data/keel.db: the disk is full; nothing was written",
+    "SQLITE_FULL": "store /data/keel.db is unavailable: the disk is full; nothing was written",
     "SQLITE_IOERR": "store /data/keel.db: the disk failed a read or a write",
     "SQLITE_CONSTRAINT_UNIQUE": "store /data/keel.db already has that row",
     "SQLITE_CONSTRAINT": "store /data/keel.db refused a write its schema forbids",
@@ -32,6 +32,8 @@ EXPECTED = {
 """Result code -> the start of the StoreError's message."""
 
 BUSY = {"SQLITE_BUSY", "SQLITE_LOCKED"}
+UNAVAILABLE = {*BUSY, "SQLITE_READONLY", "SQLITE_PERM", "SQLITE_FULL"}
+"""The codes of a store that cannot serve for now: StoreUnavailable, not a plain StoreError."""
 
 
 def _error(name: str, text: str = "what SQLite said") -> sqlite3.Error:
@@ -52,7 +54,7 @@ def test_each_code_maps_to_its_message(name):
     words, keeps SQLite's words in parentheses, and chains the driver error."""
     exc = _error(name)
     error = translate(exc, PATH)
-    assert type(error) is StoreError
+    assert type(error) is (StoreUnavailable if name in UNAVAILABLE else StoreError)
     assert str(error).startswith(EXPECTED[name])
     assert str(error).endswith("(what SQLite said)")
     assert error.__cause__ is exc

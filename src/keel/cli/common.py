@@ -27,6 +27,7 @@ __all__ = [
     "run_with_store",
     "store_option",
     "store_option_helped",
+    "store_timeout_option",
     "warn",
 ]
 
@@ -100,6 +101,21 @@ def data_dir_option(help_text: str) -> Callable[[F], F]:
         type=click.Path(file_okay=False, path_type=Path),
         help=help_text,
     )
+
+
+def store_timeout_option(fn: F) -> F:
+    """``--store-timeout SECONDS`` (``$KEEL_STORE_TIMEOUT``, default 10): how long a call
+    waits for the store before it is answered "store unavailable" (``open_store``)."""
+    return click.option(
+        "--store-timeout",
+        default=10.0,
+        show_default=True,
+        envvar="KEEL_STORE_TIMEOUT",
+        type=click.FloatRange(min=0.1, max=3600),
+        metavar="SECONDS",
+        help="Seconds a call waits for the store (PostgreSQL down, SQLite locked) before "
+        "it is answered 'store unavailable'.",
+    )(fn)
 
 
 def chosen_location(ctx: click.Context) -> Location:

@@ -39,7 +39,13 @@ from typing import TYPE_CHECKING, Any
 import click
 from click.core import ParameterSource
 
-from keel.cli.common import CliState, KeelCliError, data_dir_option, store_option_helped
+from keel.cli.common import (
+    CliState,
+    KeelCliError,
+    data_dir_option,
+    store_option_helped,
+    store_timeout_option,
+)
 from keel.store import ENV_VAR, Location, parse_location
 
 if TYPE_CHECKING:
@@ -59,7 +65,7 @@ DEFAULT_CONFIG = "keel.toml"
 OWN_KEYS = frozenset(
     {
         "app", "transport", "host", "port", "no_worker", "concurrency", "data_dir", "store",
-        "rate_limit_polls", "verbose",
+        "rate_limit_polls", "verbose", "store_timeout",
     }
 )  # fmt: skip
 """The ``[serve]`` keys of keel serve's own settings (each app's options add theirs)."""
@@ -230,6 +236,8 @@ def _type_problem(key: str, value: object) -> str | None:
         return f"must be an integer, not {value!r}"
     if key in _FLAGS and not isinstance(value, bool):
         return f"must be true or false, not {value!r}"
+    if key == "store_timeout" and (isinstance(value, bool) or not isinstance(value, int | float)):
+        return f"must be a number of seconds, not {value!r}"
     return None
 
 
@@ -280,6 +288,7 @@ _OWN_OPTIONS = [
     store_option_helped(
         f"Store location. Default: ${ENV_VAR}, then the config file, then DATA_DIR/keel.db."
     ),
+    store_timeout_option,
     click.option(
         "--no-worker", is_flag=True, envvar="KEEL_NO_WORKER", help="Front end only: run no workers."
     ),
@@ -330,6 +339,7 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
     rate_limit_polls: bool,
     verbose: bool,
     check: bool,
+    store_timeout: float,
     **app_options: Any,
 ) -> None:
     """Serve an app over MCP: by default Incident Bridge's tools and its durable
@@ -355,6 +365,8 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
         rate_limit_polls=rate_limit_polls,
     )
     served = _build(ctx, app_spec, settings, app_options)
+    if served.app.location is not None:  # the app opens it: with the timeout
+        served.app.use_store(served.app.location, timeout=store_timeout)
     served.app.store  # noqa: B018 - open the store now: one clear error if it cannot be opened
     if transport == "http" and not check:
         _check_port(host, port)
@@ -364,7 +376,7 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
     config = ctx.meta.get("keel.config_path")
     for line in [
         f"keel serve: {served.title} at {endpoint}",
-        f"  store:   {location.describe()}",
+        f"  store:   {location.describe()}; calls wait {store_timeout:g} s at most",
         *served.lines,
         f"  workers: {'none (front end only)' if no_worker else concurrency}",
         f"  polls:   {'rate-limited' if rate_limit_polls else 'not rate-limited'}",

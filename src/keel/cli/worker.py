@@ -9,7 +9,13 @@ import signal
 import anyio
 import click
 
-from keel.cli.common import CliState, KeelCliError, chosen_location, store_option
+from keel.cli.common import (
+    CliState,
+    KeelCliError,
+    chosen_location,
+    store_option,
+    store_timeout_option,
+)
 from keel.store import ENV_VAR, parse_location
 
 __all__ = ["worker"]
@@ -33,9 +39,15 @@ __all__ = ["worker"]
 @click.option("--worker-id", default=None, help="Name in leases and history (default host:pid).")
 @click.option("-v", "--verbose", is_flag=True, help="Log what the worker does.")
 @store_option
+@store_timeout_option
 @click.pass_context
-def worker(
-    ctx: click.Context, app_spec: str, concurrency: int, worker_id: str | None, verbose: bool
+def worker(  # noqa: PLR0917 - click passes every option as an argument
+    ctx: click.Context,
+    app_spec: str,
+    concurrency: int,
+    worker_id: str | None,
+    verbose: bool,
+    store_timeout: float,
 ) -> None:
     """Claim and run the tasks the app registers until SIGTERM or Ctrl-C.
 
@@ -59,6 +71,8 @@ def worker(
     if (state is not None and state.store) or os.environ.get(ENV_VAR):
         location = chosen_location(ctx)
         app.use_store(location.url or str(location.path))
+    if app.location is not None:  # the app opens it: with the timeout
+        app.use_store(app.location, timeout=store_timeout)
     if app.location is not None and parse_location(app.location).kind == "memory":
         raise KeelCliError("keel worker cannot use memory://: no other process could see its tasks")
     app.store  # noqa: B018 - open the store now: one clear error if it cannot be opened

@@ -44,6 +44,7 @@ from keel.errors import (
     InvalidPayload,
     InvalidTransition,
     KeelError,
+    StoreUnavailable,
     TaskNotFound,
 )
 from keel.model import INTERNAL_ERROR, JsonObject, Status, Task
@@ -58,6 +59,7 @@ __all__ = [
     "NOT_FOUND",
     "RATE_LIMITED",
     "RELATED_TASK",
+    "STORE_UNAVAILABLE",
     "TASKS_EXTENSION",
     "TASK_CANCELLED",
     "call_tool_result",
@@ -105,6 +107,10 @@ TASK_CANCELLED = -32800
 """The answer to a call whose task was cancelled (no spec defines one; -32800 is the
 "request cancelled" code of the Language Server Protocol, outside JSON-RPC's reserved
 range)."""
+STORE_UNAVAILABLE = -32050
+"""The store cannot serve for now (down, unreachable, locked, out of disk, read-only): the
+message names the store and the cause, ``data.retryAfterMs`` when to try again. A code
+of JSON-RPC's implementation-defined server error range that no MCP spec uses."""
 NOT_FOUND = "Failed to retrieve task: Task not found"
 """The one message for unknown, purged and other principals' tasks (the spec's text)."""
 
@@ -113,10 +119,12 @@ ERROR_CODES: tuple[tuple[type[KeelError], int], ...] = (
     (InvalidPayload, INVALID_PARAMS),  # InputRejected, PayloadTooLarge: the field is named
     (IdempotencyConflict, INVALID_PARAMS),
     (InvalidTransition, INVALID_PARAMS),  # TaskAlreadyTerminal: names the status
+    (StoreUnavailable, STORE_UNAVAILABLE),  # names the store and the cause; data.retryAfterMs
 )
-"""Keel errors that a client caused, and their JSON-RPC codes; first match wins. Any
-other Keel error (a store failure, a lost lease) is the server's: ``-32603`` with a
-message that shows nothing of the server's internals."""
+"""Keel errors that a client caused (or may wait out: a store unavailable for now), and
+their JSON-RPC codes; first match wins. Any other Keel error (a store failure, a lost
+lease) is the server's: ``-32603`` with a message that shows nothing of the server's
+internals."""
 
 STORE_FAILED = "the task store failed; the server's log has the details"
 
@@ -127,7 +135,10 @@ def rpc_error(exc: KeelError) -> JsonObject:
         return {"code": INVALID_PARAMS, "message": NOT_FOUND}
     for kind, code in ERROR_CODES:
         if isinstance(exc, kind):
-            return {"code": code, "message": str(exc)}
+            error: JsonObject = {"code": code, "message": str(exc)}
+            if isinstance(exc, StoreUnavailable):
+                error["data"] = {"retryAfterMs": max(1, round(exc.retry_after * 1000))}
+            return error
     return {"code": INTERNAL_ERROR, "message": STORE_FAILED}
 
 

@@ -140,6 +140,7 @@ class Keel:
         else:
             self._store = store
         self._clock = clock
+        self._store_timeout: float | None = None
         self._tasks: dict[str, TaskDefinition] = {}
         self.events = EventHub()
         """This process's workers of this app: told at once of tasks submitted, answered
@@ -150,8 +151,12 @@ class Keel:
         """The store location this app opens (None if it was given a store object)."""
         return self._location
 
-    def use_store(self, store: Store | str | os.PathLike[str]) -> None:
-        """Point the app at another store (``keel worker --store``) before it is opened."""
+    def use_store(
+        self, store: Store | str | os.PathLike[str], *, timeout: float | None = None
+    ) -> None:
+        """Point the app at another store (``keel worker --store``) before it is opened;
+        ``timeout``: seconds a call waits for a store it opens (see ``open_store``)."""
+        self._store_timeout = timeout
         if isinstance(store, os.PathLike):
             store = os.fspath(store)
         if isinstance(store, str):
@@ -164,7 +169,7 @@ class Keel:
     def store(self) -> Store:
         if self._store is None:
             assert self._location is not None
-            self._store = open_store(self._location, clock=self._clock)
+            self._store = open_store(self._location, clock=self._clock, timeout=self._store_timeout)
         return self._store
 
     @property

@@ -16,6 +16,15 @@ One worker runs up to ``concurrency`` attempts at once, beside five small loops:
 
 Every write an attempt makes carries its fence, so a stopped or stale attempt's writes
 are refused by the store and change nothing.
+
+**A store outage is not a lost lease.** While the store is unavailable
+(:class:`~keel.errors.StoreUnavailable`), an attempt's outcome is written again and again
+(jittered backoff up to :data:`OUTCOME_RETRY_CAP`) until the store takes it or refuses it
+by its fence; an attempt whose lease ran out unrenewed meanwhile is stopped (another
+worker may legitimately run the task by now) and gives the task back when the store
+returns, uncounted. And after an outage a worker recovers no expired lease for one lease
+length, so that the owners, alive, renew or finish first: only an attempt that really
+lost its lease (its fence moved on) is retried by recovery.
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ from keel.errors import (
     KeelError,
     LeaseLost,
     StoreError,
+    StoreUnavailable,
     TaskAlreadyTerminal,
     TaskNotFound,
 )
@@ -71,6 +81,12 @@ RECOVER_INTERVAL = 0.5  # seconds between sweeps for expired leases (a read when
 PURGE_INTERVAL = 60.0  # seconds between purges of finished tasks past their TTL
 SHUTTING_DOWN = "worker shutting down"
 """Why an attempt stopped when its worker stops: its task is given back (released)."""
+UNRENEWED = "lease could not be renewed before it expired"
+"""Why an attempt stopped when the store was unavailable for longer than its lease: its
+task is given back (released) when the store returns, not counted as a failed attempt."""
+GIVE_BACK = frozenset({SHUTTING_DOWN, UNRENEWED})
+OUTCOME_RETRY_BASE = 0.05  # seconds before the second try of an outcome write
+OUTCOME_RETRY_CAP = 1.0  # seconds at most between tries: written soon after the store returns
 
 
 @dataclass(eq=False)
@@ -123,6 +139,7 @@ class Worker:
         self._wake = anyio.Event()
         self._stopping = False
         self._claims_done = anyio.Event()
+        self._outage_seen = -float("inf")  # time.monotonic() of the last StoreUnavailable
         self.started = anyio.Event()
         """Set once the worker's loops run (tests and ``keel serve`` wait on it)."""
 
@@ -141,6 +158,17 @@ class Worker:
         return min(
             (d.options.lease_seconds for d in self.app.tasks.values()), default=DEFAULT_LEASE
         )
+
+    @property
+    def _longest_lease(self) -> float:
+        return max(
+            (d.options.lease_seconds for d in self.app.tasks.values()), default=DEFAULT_LEASE
+        )
+
+    def _saw(self, exc: StoreError) -> None:
+        """Note a store outage (see :meth:`_recover_loop`)."""
+        if isinstance(exc, StoreUnavailable):
+            self._outage_seen = time.monotonic()
 
     @property
     def _busy(self) -> int:
@@ -266,6 +294,7 @@ class Worker:
                     group, worker=self.worker_id, lease_seconds=lease, limit=free - len(claimed)
                 )
             except StoreError as exc:
+                self._saw(exc)
                 log.warning("claim failed, retrying: %s", exc)
                 break
         return claimed
@@ -296,9 +325,10 @@ class Worker:
         except (LeaseLost, TaskNotFound) as exc:
             attempt.stop(str(exc))
         except StoreError as exc:
+            self._saw(exc)
             log.warning("cannot renew lease of %s: %s", task_id, exc)
             if time.monotonic() - attempt.renewed > own:
-                attempt.stop("lease could not be renewed before it expired")
+                attempt.stop(UNRENEWED)
 
     async def _watch_loop(self) -> None:
         store = self.app.store
@@ -310,6 +340,7 @@ class Worker:
             try:
                 seen = await store.statuses(list(watched))
             except StoreError as exc:
+                self._saw(exc)
                 log.warning("cannot watch running tasks: %s", exc)
                 continue
             for task_id, attempt in watched.items():
@@ -324,6 +355,11 @@ class Worker:
     async def _recover_loop(self) -> None:
         store = self.app.store
         while True:
+            if time.monotonic() - self._outage_seen < self._longest_lease:
+                # The store was unavailable a moment ago: the leases that expired meanwhile
+                # are most likely those of live workers, which renew or finish first.
+                await anyio.sleep(self.recover_interval)
+                continue
             try:
                 for task in await store.recover_expired():
                     log.info(
@@ -334,6 +370,7 @@ class Worker:
                     )
                     self._poke()
             except StoreError as exc:
+                self._saw(exc)
                 log.warning("recovery sweep failed: %s", exc)
             await anyio.sleep(self.recover_interval)
 
@@ -372,7 +409,7 @@ class Worker:
             outcome = await self._handle(attempt)
         if outcome is None or attempt.scope.cancelled_caught or attempt.stop_reason is not None:
             reason = attempt.stop_reason or "cancelled"
-            return Stopped(reason, release=reason == SHUTTING_DOWN)
+            return Stopped(reason, release=reason in GIVE_BACK)
         return outcome
 
     async def _handle(self, attempt: _Attempt) -> AttemptOutcome | None:
@@ -417,6 +454,34 @@ class Worker:
             self._finishing -= 1
 
     async def _finish(self, attempt: _Attempt, outcome: AttemptOutcome) -> None:
+        """Write the outcome; while the store is unavailable, again after a backoff, until
+        the store takes it or refuses it by its fence (or the worker stops: the lease then
+        expires and recovery retries the task)."""
+        tries = 0
+        while True:
+            tries += 1
+            try:
+                await self._write(attempt, outcome)
+            except StoreUnavailable as exc:
+                self._saw(exc)
+                if self._stopping:
+                    log.warning("outcome of %s not written: %s", attempt.task.task_id, exc)
+                    return
+                pause = backoff(
+                    tries, base=OUTCOME_RETRY_BASE, cap=OUTCOME_RETRY_CAP, rng=self._rng
+                )
+                log.warning("cannot record the outcome of %s yet (%s); again in %.2fs",
+                            attempt.task.task_id, exc, pause)  # fmt: skip
+                await anyio.sleep(pause)
+            else:
+                return
+
+    async def _write(self, attempt: _Attempt, outcome: AttemptOutcome) -> None:
+        """Write the outcome once.
+
+        Raises:
+            StoreUnavailable: the store cannot take it now (:meth:`_finish` tries again).
+        """
         task, store = attempt.task, self.app.store
         options = self.app.definition(task.name or "").options
         try:
@@ -442,8 +507,12 @@ class Worker:
             error = {"code": INTERNAL_ERROR, "message": f"the result could not be stored: {exc}"}
             try:
                 await store.fail(task.task_id, error, fence=task.fence)
+            except StoreUnavailable:
+                raise
             except KeelError as again:
                 log.warning("cannot record the failure of %s: %s", task.task_id, again)
+        except StoreUnavailable:
+            raise
         except StoreError as exc:
             # The lease will expire and recovery will run the task again.
             log.warning("cannot record the outcome of %s: %s", task.task_id, exc)

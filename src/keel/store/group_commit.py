@@ -20,19 +20,44 @@ regrouping. A group in which an op was refused before it wrote anything commits 
 others beside it; one in which an op failed *after* writing is rolled back by the
 runner, which raises :class:`Regroup`, and each op then runs in a transaction of its
 own, so that only the failing one fails.
+
+A lane given a ``timeout`` answers every caller within it (the adapter's store timeout,
+:data:`DEFAULT_STORE_TIMEOUT` by default), whatever the store does meanwhile, queued
+behind a group that waits for a lock or for a server that went away included: the
+adapter's "unavailable" error (``late()``) then, and :func:`bounded` keeps the op from
+running behind its caller's back if its group gets going after all. One timer per lane,
+at the earliest deadline (callers' deadlines come in the order they called).
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from keel.store.base import Op
 
-__all__ = ["GroupRunner", "Lane", "Outcome", "Ran", "Regroup", "Wait", "finish_group", "run_alone"]
+__all__ = [
+    "DEFAULT_STORE_TIMEOUT",
+    "GroupRunner",
+    "Lane",
+    "Outcome",
+    "Ran",
+    "Regroup",
+    "Wait",
+    "bounded",
+    "finish_group",
+    "run_alone",
+]
+
+T = TypeVar("T")
+
+DEFAULT_STORE_TIMEOUT = 10.0  # seconds a call waits for its answer, at most
+START_MARGIN = 0.5  # seconds before its caller's timeout after which an op no longer starts
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +160,22 @@ def run_alone(runner: GroupRunner, op: Op[Any]) -> Any:
     return ran.outcomes[0].unwrap()
 
 
+def bounded(op: Op[T], timeout: float, late: Callable[[], Exception]) -> Op[T]:
+    """``op``, refused with ``late()`` if it would start less than :data:`START_MARGIN`
+    before its caller's ``timeout`` (from now) runs out: by then the caller is being told
+    that the store is unavailable, so the op must not write behind its back (it raises
+    before it touches anything, so its group goes on without it)."""
+    deadline = time.monotonic() + max(timeout - min(START_MARGIN, timeout / 2), 0.0)
+    work = op.run
+
+    def run(tx: Any) -> T:
+        if time.monotonic() >= deadline:
+            raise late()
+        return work(tx)
+
+    return Op(run, op.touches, op.picks)
+
+
 _Queued = tuple[Op[Any], "asyncio.Future[Any]"]
 
 
@@ -144,6 +185,8 @@ class Lane:
     Args:
         max_group: ops in one group at most (None: everything queued).
         executor: where groups wait (None: the loop's default executor).
+        timeout: seconds a caller waits for its answer at most, then gets ``late()``
+            (None: as long as it takes).
     """
 
     def __init__(
@@ -153,11 +196,17 @@ class Lane:
         *,
         max_group: int | None = None,
         executor: Executor | None = None,
+        timeout: float | None = None,
+        late: Callable[[], Exception] | None = None,
     ) -> None:
         self.loop = loop
         self._runner = runner
         self._max_group = max_group
         self._executor = executor
+        self._timeout = timeout
+        self._late = late or runner.closed
+        self._deadlines: deque[tuple[float, asyncio.Future[Any]]] = deque()
+        self._timer: asyncio.TimerHandle | None = None
         self._queue: list[_Queued] = []
         self._scheduled = False
         self.flushing = False
@@ -172,6 +221,8 @@ class Lane:
 
     def submit(self, op: Op[Any]) -> asyncio.Future[Any]:
         """Queue ``op`` (on the lane's loop); the future gets its value or error."""
+        if self._timeout is not None:
+            op = bounded(op, self._timeout, self._late)
         future: asyncio.Future[Any] = self.loop.create_future()
         self._queue.append((op, future))
         self.inflight.add(future)
@@ -179,7 +230,28 @@ class Lane:
         if not self._scheduled and not self.flushing:
             self._scheduled = True
             self.loop.call_soon(self._flush)
+        if self._timeout is not None:
+            self._deadlines.append((self.loop.time() + self._timeout, future))
+            if self._timer is None:
+                self._arm()
         return future
+
+    def _arm(self) -> None:
+        """Set the timer for the earliest deadline of a caller still waiting."""
+        deadlines = self._deadlines
+        while deadlines and deadlines[0][1].done():
+            deadlines.popleft()
+        self._timer = self.loop.call_at(deadlines[0][0], self._expire) if deadlines else None
+
+    def _expire(self) -> None:
+        """Answer the callers whose time is up with ``late()`` (their ops, if still
+        queued, are left out of the next group; if running, :func:`bounded` stops them)."""
+        now = self.loop.time()
+        while self._deadlines and self._deadlines[0][0] <= now:
+            _, future = self._deadlines.popleft()
+            if not future.done():
+                future.set_exception(self._late())
+        self._arm()
 
     async def drain(self) -> None:
         """Wait until every op submitted so far has its answer."""
@@ -189,7 +261,7 @@ class Lane:
     def _take(self) -> list[_Queued]:
         while self._queue:
             size = len(self._queue) if self._max_group is None else self._max_group
-            batch = [(op, f) for op, f in self._queue[:size] if not f.cancelled()]
+            batch = [(op, f) for op, f in self._queue[:size] if not f.done()]
             self._queue = self._queue[size:]
             if batch:
                 return batch

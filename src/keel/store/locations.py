@@ -25,6 +25,7 @@ from urllib.parse import parse_qsl, urlsplit
 from keel.errors import ConfigurationError
 from keel.model import Limits
 from keel.store.base import TxStore
+from keel.store.group_commit import START_MARGIN
 from keel.store.protocol import Clock
 from keel.store.urls import POSTGRES_SCHEMES, redact
 
@@ -126,8 +127,15 @@ def open_store(
     *,
     clock: Clock | None = None,
     limits: Limits | None = None,
+    timeout: float | None = None,
 ) -> TxStore:
     """Open the store at ``location`` (resolved as :func:`resolve_location` says).
+
+    ``timeout`` (seconds; ``keel serve --store-timeout``) bounds how long a call waits for
+    the store before it gets :class:`~keel.errors.StoreUnavailable`: PostgreSQL's retries
+    and pool waits, SQLite's wait for another process's lock (its ``busy_timeout``, unless
+    the location sets a shorter one). None: PostgreSQL's default (10 s), SQLite's own
+    busy timeout.
 
     Raises:
         ConfigurationError: a bad location or option.
@@ -148,6 +156,8 @@ def open_store(
             raise ConfigurationError(
                 f"busy_timeout must be a number of seconds in {loc.url!r}"
             ) from None
+        if timeout is not None:  # the lock wait ends a little before the caller's
+            busy = min(busy, max(timeout - min(START_MARGIN, timeout / 2), 0.0))
         return SqliteStore(
             loc.path,
             synchronous=loc.options.get("synchronous", "full"),
@@ -155,11 +165,12 @@ def open_store(
             plan=loc.options.get("plan", "auto"),
             clock=clock,
             limits=limits,
+            timeout=timeout,
         )
     load_postgres_adapter()
     from keel.store.postgres import PostgresStore
 
-    return PostgresStore(loc.url, clock=clock, limits=limits)
+    return PostgresStore(loc.url, clock=clock, limits=limits, timeout=timeout)
 
 
 def load_postgres_adapter() -> None:

@@ -19,6 +19,13 @@
   records its operation id in ``keel_write_log`` in the same transaction; if the COMMIT
   was sent but its answer lost, the retry first inserts that id again: a duplicate means
   the first try committed, and its outcome is returned instead of running it again.
+* **Answers within the timeout.** A call waits ``timeout`` seconds at most
+  (its :class:`~keel.store.group_commit.Lane`'s; ``keel serve --store-timeout``): past
+  it, or when the retries of its group run out of that time, it gets
+  :class:`~keel.errors.StoreUnavailable` naming the store and the last cause seen (the
+  pool's own connection attempts included: ``connection refused`` …). The pool gives up
+  reconnecting after :data:`RECONNECT_WINDOW` and starts again at once while calls wait,
+  so a server that comes back is used within about that long.
 * **Wake-ups** by LISTEN/NOTIFY after COMMIT (see :mod:`keel.store.postgres.notify`);
   workers keep polling, so a lost notification only delays.
 
@@ -34,18 +41,34 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Collection, Sequence
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import anyio.to_thread
 import psycopg
 import psycopg_pool
 
-from keel.errors import StoreError
+from keel.errors import StoreError, StoreUnavailable
 from keel.model import Limits, Task
 from keel.store.base import MAX_CLAIM_BATCH, Op, Picks, TxStore
-from keel.store.group_commit import Lane, Outcome, Ran, Regroup, Wait, run_alone
+from keel.store.group_commit import (
+    DEFAULT_STORE_TIMEOUT,
+    START_MARGIN,
+    Lane,
+    Outcome,
+    Ran,
+    Regroup,
+    Wait,
+    run_alone,
+)
 from keel.store.postgres.config import PostgresOptions, parse_postgres_url
-from keel.store.postgres.faults import backoff, connection_lost, describe, is_transient, store_error
+from keel.store.postgres.faults import (
+    backoff,
+    cause_of,
+    connection_lost,
+    is_transient,
+    store_error,
+    unavailable,
+)
 from keel.store.postgres.notify import Listener, channels, payloads
 from keel.store.postgres.schema import SCHEMA_VERSION, migrate_store
 from keel.store.postgres.tx import GroupState, PgTx, Q, cursor
@@ -59,6 +82,7 @@ T = TypeVar("T")
 
 MAX_GROUP = 200  # calls in one transaction at most: a long transaction holds its row locks
 TRIM_EVERY = 600.0  # seconds between deletions of old keel_write_log rows (per process)
+RECONNECT_WINDOW = 0.5  # seconds the pool retries a connection before it starts over
 
 
 class _AlreadyCommitted(Exception):
@@ -84,6 +108,25 @@ class _Refused(Exception):
 def _touched(ops: Sequence[Op[Any]]) -> list[str]:
     """The tasks a group's ops name, each once: read (and locked) together up front."""
     return list(dict.fromkeys(task_id for op in ops for task_id in op.touches))
+
+
+class _Watched(psycopg.Connection[Any]):
+    """A pooled connection whose opening tells its store how it went: the pool retries
+    connections in its own threads and hands waiting callers only a timeout, so this is
+    how a call learns *why* there was no connection (``connection refused`` …). The pool's
+    ``connection_class`` is the seam psycopg_pool offers for it."""
+
+    store: ClassVar[PostgresStore]
+
+    @classmethod
+    def connect(cls, conninfo: str = "", **kwargs: Any) -> Any:
+        try:
+            conn = super().connect(conninfo, **kwargs)
+        except psycopg.Error as exc:
+            cls.store._trouble = cause_of(exc)
+            raise
+        cls.store._trouble = None
+        return conn
 
 
 class _Groups:
@@ -117,6 +160,8 @@ class PostgresStore(TxStore):
         url: ``postgresql://…`` or ``postgres://…`` with optional Keel options.
         clock: seconds since the epoch (injected in tests). Every process sharing a
             database must agree on the time: leases are compared across hosts.
+        timeout: seconds a call waits for its answer at most (default: the one in
+            ``url``'s :class:`PostgresOptions`, else :data:`DEFAULT_STORE_TIMEOUT`).
 
     Raises:
         ConfigurationError: a bad URL or option, or no server reachable at its address.
@@ -129,10 +174,18 @@ class PostgresStore(TxStore):
         *,
         clock: Clock | None = None,
         limits: Limits | None = None,
+        timeout: float | None = None,
     ) -> None:
         super().__init__(clock=clock, limits=limits)
-        self.options = url if isinstance(url, PostgresOptions) else parse_postgres_url(url)
+        if isinstance(url, PostgresOptions):
+            self.options = url
+        else:
+            self.options = parse_postgres_url(url, timeout=timeout or DEFAULT_STORE_TIMEOUT)
+        self.timeout = timeout or self.options.timeout
         self._where = self.options.display
+        self._trouble: str | None = None
+        """The last failure to connect or to run a group (None since a success): the
+        cause a :class:`StoreUnavailable` names."""
         self._closed = False
         self._runners = {write: _Groups(self, write) for write in (False, True)}
         self._lanes: dict[tuple[int, bool], Lane] = {}
@@ -143,14 +196,21 @@ class PostgresStore(TxStore):
         self._threads = concurrent.futures.ThreadPoolExecutor(
             max_workers=self.options.pool_max, thread_name_prefix="keel-pg"
         )
+        watched = type("KeelConnection", (_Watched,), {"store": self})
         self._pool = psycopg_pool.ConnectionPool(
             self.options.conninfo,
+            connection_class=watched,
             min_size=self.options.pool_min,
             max_size=self.options.pool_max,
             kwargs={"autocommit": True},
-            timeout=self.options.pool_timeout,
+            timeout=min(self.options.pool_timeout, self.timeout),
             name=f"keel {self._where}",
             num_workers=1,
+            # psycopg_pool waits longer and longer between attempts (1 s, 2 s, 4 s … for
+            # five minutes): after a long outage the first call would wait for the next
+            # one. Instead it gives up soon and, while calls wait, starts over at once.
+            reconnect_timeout=RECONNECT_WINDOW,
+            reconnect_failed=_start_over,
             open=True,
         )
         self._listener = (
@@ -178,9 +238,54 @@ class PostgresStore(TxStore):
         lane = self._lanes.get((id(loop), write))
         if lane is None or lane.loop is not loop:
             lane = self._lanes[(id(loop), write)] = Lane(
-                loop, runner, max_group=MAX_GROUP, executor=self._threads
+                loop,
+                runner,
+                max_group=MAX_GROUP,
+                executor=self._threads,
+                timeout=self.timeout,
+                late=self._late,
             )
         return await lane.submit(op)  # type: ignore[no-any-return]
+
+    def _late(self) -> StoreUnavailable:
+        """The answer of a call that waited the whole timeout (or would start too late)."""
+        cause = self._trouble or "no answer"
+        return unavailable(self.options.url, f"{cause}; no answer within {self.timeout:g} s")
+
+    def _give_up_or_wait(
+        self, attempt: int, cause: BaseException, started: float, *, unknown: bool = False
+    ) -> None:
+        """After a transient failure: raise :class:`StoreUnavailable` if the tries or the
+        time are used up (the group started at ``started``), else wait before the next."""
+        self._trouble = (
+            cause_of(cause)
+            if not isinstance(cause, psycopg_pool.PoolTimeout)
+            else (self._trouble or cause_of(cause))
+        )
+        pause = backoff(attempt, self.options.retry_base, self.options.retry_cap)
+        spent = time.monotonic() - started
+        if attempt >= self.options.retries or spent + pause >= self._budget:
+            maybe = " (it may or may not have been applied)" if unknown else ""
+            raise unavailable(
+                self.options.url,
+                f"{self._trouble}; gave up after {attempt} tries in {spent:.1f} s{maybe}",
+                cause,
+            )
+        self._sweep_pool(cause)
+        log.info("transient failure on %s (%s); retry %d in %.3fs", self._where, cause,
+                 attempt, pause)  # fmt: skip
+        time.sleep(pause)  # in a worker thread: waiting out a failure, not for a result
+
+    @property
+    def _budget(self) -> float:
+        """Seconds a group may spend on its tries: a little less than the timeout, so that
+        its callers hear the cause it found rather than only that time ran out."""
+        return self.timeout - min(START_MARGIN, self.timeout / 2)
+
+    def _remaining(self, started: float) -> float:
+        """Seconds a try that begins now may wait for a pooled connection."""
+        left = self._budget - (time.monotonic() - started)
+        return max(min(self.options.pool_timeout, left), 0.001)
 
     def _group_noting(
         self, ops: Sequence[Op[Any]], write: bool
@@ -191,8 +296,9 @@ class PostgresStore(TxStore):
         Raises:
             Regroup: an op of several failed after writing; the group was rolled back.
         """
+        started = time.monotonic()
         if not write:
-            return self._retrying(lambda: self._read_once(ops), "read"), None
+            return self._retrying(lambda: self._read_once(ops, started), started), None
         op_id = uuid.uuid4()
         previous: list[Outcome] | None = None  # a try whose COMMIT may have applied
         attempt = 0
@@ -200,7 +306,7 @@ class PostgresStore(TxStore):
             attempt += 1
             try:
                 self._check_open()
-                return self._write_once(ops, op_id, replay=previous is not None)
+                done = self._write_once(ops, op_id, started, replay=previous is not None)
             except _AlreadyCommitted:
                 assert previous is not None
                 log.info("a lost COMMIT reply: the transaction had committed; not applied again")
@@ -213,34 +319,26 @@ class PostgresStore(TxStore):
                 if not is_transient(exc):
                     raise
                 cause = exc
+            else:
+                self._trouble = None
+                return done
             assert cause is not None
-            if attempt >= self.options.retries:
-                unknown = " (it may or may not have been applied)" if previous else ""
-                raise StoreError(
-                    f"{describe(cause, self._where)}; gave up after {attempt} tries{unknown}"
-                ) from cause
-            self._sweep_pool(cause)
-            pause = backoff(attempt, self.options.retry_base, self.options.retry_cap)
-            log.info("transient failure on %s (%s); retry %d in %.3fs", self._where, cause,
-                     attempt, pause)  # fmt: skip
-            time.sleep(pause)  # in a worker thread: waiting out a failure, not for a result
+            self._give_up_or_wait(attempt, cause, started, unknown=previous is not None)
 
-    def _retrying(self, once: Callable[[], T], what: str) -> T:
+    def _retrying(self, once: Callable[[], T], started: float) -> T:
         attempt = 0
         while True:
             attempt += 1
             try:
                 self._check_open()
-                return once()
+                done = once()
             except Exception as exc:
                 if not is_transient(exc):
                     raise
-                if attempt >= self.options.retries:
-                    raise StoreError(
-                        f"{describe(exc, self._where)}; gave up after {attempt} tries"
-                    ) from exc
-                self._sweep_pool(exc)
-                time.sleep(backoff(attempt, self.options.retry_base, self.options.retry_cap))
+                self._give_up_or_wait(attempt, exc, started)
+            else:
+                self._trouble = None
+                return done
 
     def _sweep_pool(self, cause: BaseException) -> None:
         """After a lost connection, test the idle ones: a server restart or an operator
@@ -251,10 +349,10 @@ class PostgresStore(TxStore):
             except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:  # pragma: no cover
                 log.info("pool check failed: %s", exc)
 
-    def _read_once(self, ops: Sequence[Op[Any]]) -> list[Outcome]:
+    def _read_once(self, ops: Sequence[Op[Any]], started: float) -> list[Outcome]:
         state = GroupState(write=False, now=self._now)
         outcomes: list[Outcome] = []
-        with self._pool.connection() as conn:
+        with self._pool.connection(timeout=self._remaining(started)) as conn:
             cur = cursor(conn)
             if len(ops) > 1:
                 state.preload(cur, _touched(ops))
@@ -270,12 +368,12 @@ class PostgresStore(TxStore):
         return outcomes
 
     def _write_once(
-        self, ops: Sequence[Op[Any]], op_id: uuid.UUID, *, replay: bool
+        self, ops: Sequence[Op[Any]], op_id: uuid.UUID, started: float, *, replay: bool
     ) -> tuple[list[Outcome], GroupState]:
         state = GroupState(write=True, now=self._now)
         outcomes: list[Outcome] = []
         committing = False
-        with self._pool.connection() as conn:
+        with self._pool.connection(timeout=self._remaining(started)) as conn:
             cur = cursor(conn)
             try:
                 cur.execute(b"BEGIN")
@@ -354,7 +452,7 @@ class PostgresStore(TxStore):
             self._trim_lock.release()
 
     def _store_error(self, exc: BaseException) -> StoreError:
-        return store_error(exc, self._where)
+        return store_error(exc, self._where, self.options.url)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -433,6 +531,14 @@ class PostgresStore(TxStore):
             self._listener.close()
         self._threads.shutdown(wait=True)
         self._pool.close()
+
+
+def _start_over(pool: psycopg_pool.ConnectionPool[Any]) -> None:
+    """The pool gave up reconnecting (after :data:`RECONNECT_WINDOW`): while calls wait
+    for a connection, try again at once (``check`` lets an empty pool grow); with none
+    waiting, the next call starts the next attempt."""
+    if pool.get_stats().get("requests_waiting"):
+        pool.check()
 
 
 def _current_loop() -> asyncio.AbstractEventLoop | None:

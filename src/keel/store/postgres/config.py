@@ -19,18 +19,27 @@ option              default    meaning
 ``retry_base``      ``0.05``   seconds before the second try (then doubling, jittered)
 ``retry_cap``       ``2``      seconds at most between tries
 ==================  =========  ==============================================================
+
+Whatever these say, a call is answered within the store's ``timeout`` (``keel serve
+--store-timeout``, default 10 s): past it, :class:`~keel.errors.StoreUnavailable`. Unless
+the URL sets them, libpq is told to give up on a connection attempt after half of it
+(``connect_timeout``, 2 to 10 s) and on a peer that stopped answering after about it
+(``tcp_user_timeout`` and TCP keepalives), so that no thread waits minutes on a dead server.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from keel.errors import ConfigurationError
+from keel.store.group_commit import DEFAULT_STORE_TIMEOUT
 from keel.store.postgres.faults import refusing_bad_url
 from keel.store.urls import POSTGRES_SCHEMES, redact
 
@@ -38,7 +47,7 @@ __all__ = ["PostgresOptions", "parse_postgres_url"]
 
 _SCHEMA = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _SWITCH = {"on": True, "true": True, "1": True, "off": False, "false": False, "0": False}
-DEFAULT_CONNECT_TIMEOUT = 10  # seconds, unless the URL sets connect_timeout
+DEFAULT_CONNECT_TIMEOUT = 10  # seconds at most, unless the URL sets connect_timeout
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +69,7 @@ class PostgresOptions:
     retries: int = 10
     retry_base: float = 0.05  # seconds
     retry_cap: float = 2.0  # seconds
+    timeout: float = DEFAULT_STORE_TIMEOUT  # seconds a call waits for its answer at most
 
     @property
     def address(self) -> str:
@@ -92,7 +102,22 @@ def _number(options: dict[str, str], name: str, default: float, low: float, url:
     return value
 
 
-def parse_postgres_url(url: str) -> PostgresOptions:
+def _libpq_defaults(params: Mapping[str, object], timeout: float) -> dict[str, object]:
+    """What libpq is told about timeouts when the URL does not say: derived from the
+    store ``timeout`` (see the module docstring)."""
+    half = math.ceil(timeout / 2)
+    defaults: dict[str, object] = {
+        "connect_timeout": min(DEFAULT_CONNECT_TIMEOUT, max(2, half)),
+        "tcp_user_timeout": max(1000, round(timeout * 1000)),  # milliseconds
+        "keepalives": 1,
+        "keepalives_idle": max(1, half),
+        "keepalives_interval": 1,
+        "keepalives_count": 3,
+    }
+    return {k: v for k, v in defaults.items() if k not in params}
+
+
+def parse_postgres_url(url: str, *, timeout: float = DEFAULT_STORE_TIMEOUT) -> PostgresOptions:
     """Split a ``postgresql://`` URL into Keel's options and libpq's connection string.
 
     Raises:
@@ -125,9 +150,9 @@ def parse_postgres_url(url: str) -> PostgresOptions:
     stripped = urlunsplit(parts._replace(scheme="postgresql", query=urlencode(libpq)))
     with refusing_bad_url(url):
         params = conninfo_to_dict(stripped)
-    extra: dict[str, object] = {}
-    if "connect_timeout" not in params:
-        extra["connect_timeout"] = DEFAULT_CONNECT_TIMEOUT
+    if not timeout > 0:
+        raise ConfigurationError(f"the store timeout must be a number of seconds > 0: {timeout}")
+    extra = _libpq_defaults(params, timeout)
     if schema is not None:
         # Every connection resolves Keel's unqualified table names in this schema.
         given = str(params.get("options") or "")
@@ -148,6 +173,7 @@ def parse_postgres_url(url: str) -> PostgresOptions:
         retries=retries,
         retry_base=retry_base,
         retry_cap=retry_cap,
+        timeout=timeout,
     )
 
 

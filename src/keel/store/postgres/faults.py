@@ -29,7 +29,7 @@ from typing import Final
 import psycopg
 import psycopg_pool
 
-from keel.errors import ConfigurationError, StoreError
+from keel.errors import ConfigurationError, StoreError, StoreUnavailable
 from keel.store.urls import redact
 
 __all__ = [
@@ -37,12 +37,14 @@ __all__ = [
     "Fault",
     "backoff",
     "cannot_connect",
+    "cause_of",
     "connection_lost",
     "describe",
     "fault_of",
     "is_transient",
     "refusing_bad_url",
     "store_error",
+    "unavailable",
 ]
 
 _JITTER = random.Random()  # noqa: S311 - spreads retries; nothing secret about it
@@ -61,6 +63,9 @@ class Fault:
     probably gone too (a restart ends them all), so they are tested before the retry."""
     hint: str = ""
     """What to do about it, appended to the message of the :class:`StoreError`."""
+    unavailable: bool = False
+    """The server cannot take writes for now, for a reason of its own (no retry here; an
+    operator or a failover may fix it): a :class:`StoreUnavailable` naming ``hint``."""
 
 
 FAULTS: Final[Mapping[str, Fault]] = MappingProxyType(
@@ -97,14 +102,15 @@ FAULTS: Final[Mapping[str, Fault]] = MappingProxyType(
         # Deployment problems a retry cannot fix: say what to change.
         "25006": Fault(
             "read_only_sql_transaction",
-            hint="the server is a read-only standby; point the store at the primary",
+            hint="the server is read-only (a standby?); point the store at the primary",
+            unavailable=True,
         ),
         "42501": Fault(
             "insufficient_privilege",
             hint="the role needs CREATE on the database or schema the first time, then "
             "SELECT, INSERT, UPDATE and DELETE on Keel's tables",
         ),
-        "53100": Fault("disk_full", hint="the database server is out of disk space"),
+        "53100": Fault("disk_full", hint="the database server's disk is full", unavailable=True),
     }
 )
 
@@ -143,22 +149,39 @@ def connection_lost(exc: BaseException) -> bool:
     return fault is not None and fault.connection_lost
 
 
+def cause_of(exc: BaseException) -> str:
+    """What ``exc`` says went wrong, on one line, with its SQLSTATE (no store named)."""
+    if isinstance(exc, psycopg_pool.PoolTimeout):
+        return f"no free connection in the pool ({exc})"
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    state = getattr(exc, "sqlstate", None)
+    return f"{text} [SQLSTATE {state}]" if state else text
+
+
 def describe(exc: BaseException, where: str) -> str:
     """One line for a StoreError: what failed, on which store (and, for a deployment
     problem, what to change)."""
     if isinstance(exc, psycopg_pool.PoolTimeout):
-        return f"PostgreSQL store {where}: no free connection in the pool ({exc})"
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    state = getattr(exc, "sqlstate", None)
-    suffix = f" [SQLSTATE {state}]" if state else ""
+        return f"PostgreSQL store {where}: {cause_of(exc)}"
     fault = fault_of(exc)
     hint = f"; {fault.hint}" if fault is not None and fault.hint else ""
-    return f"PostgreSQL error on store {where}: {text}{suffix}{hint}"
+    return f"PostgreSQL error on store {where}: {cause_of(exc)}{hint}"
 
 
-def store_error(exc: BaseException, where: str) -> StoreError:
+def unavailable(url: str, cause: str, exc: BaseException | None = None) -> StoreUnavailable:
+    """The :class:`StoreUnavailable` of the store at ``url`` (its password masked: see
+    :func:`keel.store.urls.redact`), with ``exc`` as its cause."""
+    error = StoreUnavailable(redact(url), cause)
+    error.__cause__ = exc
+    return error
+
+
+def store_error(exc: BaseException, where: str, url: str = "") -> StoreError:
     """``exc`` (a psycopg error or a pool timeout) as the :class:`StoreError` callers see,
-    with ``exc`` as its cause."""
+    with ``exc`` as its cause; ``url`` names the store in a :class:`StoreUnavailable`."""
+    fault = fault_of(exc)
+    if fault is not None and fault.unavailable:
+        return unavailable(url or where, f"{fault.hint} ({cause_of(exc)})", exc)
     error = StoreError(describe(exc, where))
     error.__cause__ = exc
     return error

@@ -33,6 +33,7 @@ log = logging.getLogger("keel.store.postgres")
 
 MAX_PAYLOAD = 7_900  # bytes; PostgreSQL refuses notification payloads of 8000 or more
 POLL = 0.25  # seconds between checks of the stop flag while no notification arrives
+RECONNECT_CAP = 1.0  # seconds at most between two attempts to reconnect the listener
 
 
 def channels(tag: str) -> tuple[str, str]:
@@ -86,7 +87,8 @@ class Listener:
     def __init__(self, conninfo: str, tag: str, *, retry_cap: float) -> None:
         self._conninfo = conninfo
         self._ready, self._cancel = channels(tag)
-        self._retry_cap = max(retry_cap, 0.1)
+        # At most a second between attempts: back within a second of the server.
+        self._retry_cap = min(max(retry_cap, 0.1), RECONNECT_CAP)
         self._subscribers: list[_Subscriber] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()

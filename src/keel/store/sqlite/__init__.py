@@ -32,7 +32,7 @@ from typing import TypeVar
 
 import anyio.to_thread
 
-from keel.errors import ConfigurationError
+from keel.errors import ConfigurationError, StoreUnavailable
 from keel.model import Limits
 from keel.store.base import Op, TxStore
 from keel.store.group_commit import Lane, run_alone
@@ -86,6 +86,8 @@ class SqliteStore(TxStore):
         plan: ``auto`` (default: plan groups of writes while other processes write the
             file), ``off``, or ``always`` (tests); see :class:`PlanMode`.
         clock: seconds since the epoch (injected in tests).
+        timeout: seconds a write waits for its answer at most, queued behind others
+            included (:class:`StoreUnavailable` after it); None: as long as they take.
 
     Raises:
         ConfigurationError: bad options.
@@ -102,8 +104,10 @@ class SqliteStore(TxStore):
         plan: PlanMode | str = PlanMode.AUTO,
         clock: Clock | None = None,
         limits: Limits | None = None,
+        timeout: float | None = None,
     ) -> None:
         super().__init__(clock=clock, limits=limits)
+        self.timeout = timeout
         self.synchronous = Synchronous(_choice(Synchronous, synchronous, "synchronous"))
         mode = PlanMode(_choice(PlanMode, plan, "plan"))
         self.path = Path(path)
@@ -139,12 +143,20 @@ class SqliteStore(TxStore):
             loop = None
         lane = self._lane
         if loop is not None and (lane is None or (lane.loop is not loop and lane.idle)):
-            lane = self._lane = Lane(loop, self._writer)  # nothing queued on the old loop
+            # (nothing queued on the old loop)
+            lane = self._lane = Lane(loop, self._writer, timeout=self.timeout, late=self._late)
         if lane is None or lane.loop is not loop:
             # Group commit serves one event loop at a time; others get a transaction each.
             return await anyio.to_thread.run_sync(lambda: run_alone(self._writer, op))
         self._db.check_open()
         return await lane.submit(op)  # type: ignore[no-any-return]
+
+    def _late(self) -> StoreUnavailable:
+        """The answer of a write that waited the whole timeout."""
+        return StoreUnavailable(
+            str(self.path),
+            f"no answer within {self.timeout:g} s (another process holds the write lock?)",
+        )
 
     async def _read(self, op: Op[T]) -> T:
         db = self._db

@@ -5,7 +5,9 @@ An error is recognised by the result code SQLite reports with it
 words differently from version to version. The extended code is looked up first (a
 unique index refusing a row), then its primary code (any other constraint). Every code
 the adapter is known to meet is in :data:`FAULTS`; anything else reads as a plain SQLite
-error, with SQLite's own words.
+error, with SQLite's own words. A lock held past the busy timeout, a full disk and a
+read-only file are :class:`~keel.errors.StoreUnavailable` (the store cannot serve for
+now, and says why); the others are :class:`~keel.errors.StoreError`.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from keel.errors import StoreError
+from keel.errors import StoreError, StoreUnavailable
 
 __all__ = ["FAULTS", "GENERIC", "Fault", "fault_of", "is_busy", "translate"]
 
@@ -30,28 +32,37 @@ class Fault:
     """The StoreError's text: ``{path}`` is the store, ``{detail}`` SQLite's message."""
     busy: bool = False
     """Another connection holds a lock: waiting (up to the busy timeout) may help."""
+    unavailable: bool = False
+    """The store cannot serve for now: a :class:`StoreUnavailable` whose cause is
+    :attr:`message` (then without ``{path}``)."""
 
 
 _BUSY = (
-    "store {path} is busy: another process held its write lock longer than the busy "
-    "timeout ({detail})"
+    "busy: another process held its write lock longer than the busy timeout; nothing was "
+    "written ({detail})"
 )
 _UNREADABLE = "store {path} is not a readable Keel SQLite store ({detail})"
-_READ_ONLY = "cannot write to store {path} ({detail})"
+_READ_ONLY = "read-only: the file or its folder cannot be written; nothing was written ({detail})"
 
 FAULTS: Final[dict[str, Fault]] = {
     f.name: f
     for f in (
-        Fault("SQLITE_BUSY", _BUSY, busy=True),
-        Fault("SQLITE_LOCKED", _BUSY, busy=True),
+        Fault("SQLITE_BUSY", _BUSY, busy=True, unavailable=True),
+        Fault("SQLITE_LOCKED", _BUSY, busy=True, unavailable=True),
         Fault("SQLITE_NOTADB", _UNREADABLE),
         Fault(
-            "SQLITE_CORRUPT", "store {path} is damaged: not a readable Keel SQLite store ({detail})"
+            "SQLITE_CORRUPT",
+            "store {path} is corrupt: some of its pages are damaged; restore it from a "
+            "backup ({detail})",
         ),
-        Fault("SQLITE_READONLY", _READ_ONLY),
-        Fault("SQLITE_PERM", _READ_ONLY),
+        Fault("SQLITE_READONLY", _READ_ONLY, unavailable=True),
+        Fault("SQLITE_PERM", _READ_ONLY, unavailable=True),
         Fault("SQLITE_CANTOPEN", "cannot open store {path} ({detail})"),
-        Fault("SQLITE_FULL", "store {path}: the disk is full; nothing was written ({detail})"),
+        Fault(
+            "SQLITE_FULL",
+            "the disk is full; nothing was written ({detail})",
+            unavailable=True,
+        ),
         Fault("SQLITE_IOERR", "store {path}: the disk failed a read or a write ({detail})"),
         Fault("SQLITE_CONSTRAINT_UNIQUE", "store {path} already has that row ({detail})"),
         Fault("SQLITE_CONSTRAINT", "store {path} refused a write its schema forbids ({detail})"),
@@ -89,7 +100,12 @@ def is_busy(exc: BaseException) -> bool:
 def translate(exc: sqlite3.Error, path: Path | str) -> StoreError:
     """``exc`` as the StoreError a caller sees (``__cause__`` is ``exc``)."""
     fault = fault_of(exc)
-    template = GENERIC if fault is None else fault.message
-    error = StoreError(template.format(path=path, detail=str(exc) or type(exc).__name__))
+    detail = str(exc) or type(exc).__name__
+    error: StoreError
+    if fault is not None and fault.unavailable:
+        error = StoreUnavailable(str(path), fault.message.format(detail=detail))
+    else:
+        template = GENERIC if fault is None else fault.message
+        error = StoreError(template.format(path=path, detail=detail))
     error.__cause__ = exc
     return error
