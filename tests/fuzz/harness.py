@@ -44,7 +44,19 @@ from keel.store import open_store
 from keel_serve import KeelServe
 from postgres.pg import drop_schema, new_schema, require_postgres, store_url
 
-__all__ = ["FUZZ", "REFUSALS", "Harness", "Outcome", "Seeds", "Served", "drive", "fuzz_server"]
+__all__ = [
+    "FUZZ",
+    "REFUSALS",
+    "Harness",
+    "Outcome",
+    "Seeds",
+    "Served",
+    "drive",
+    "fuzz_server",
+    "messages_of",
+    "not_json_rpc",
+    "store_changes",
+]
 
 REFUSALS = frozenset({-32700, -32600, -32601, -32602, -32020, -32022})
 """JSON-RPC codes that refuse a request (parse, envelope, method, params, headers,
@@ -316,7 +328,7 @@ class Harness(AbstractContextManager["Harness"]):
         outcome = self._send(probe)
         after = self.snapshot()
         if outcome.refused:
-            outcome.problems += _changes(before, after)
+            outcome.problems += store_changes(before, after)
         self._tidy(before, after)
         return outcome
 
@@ -331,7 +343,7 @@ class Harness(AbstractContextManager["Harness"]):
             outcome.problems.append(f"HTTP {status}: {response.text[:300]}")
         kind = response.headers.get("content-type", "")
         try:
-            messages = _messages(response.text, kind, status)
+            messages = messages_of(response.text, kind, status)
         except ValueError as exc:
             outcome.problems.append(f"HTTP {status} {kind}: not JSON-RPC ({exc})")
             return outcome
@@ -339,7 +351,7 @@ class Harness(AbstractContextManager["Harness"]):
             outcome.problems.append(f"HTTP {status} without JSON-RPC: {response.text[:200]!r}")
         outcome.json_rpc = bool(messages)
         for message in messages:
-            outcome.problems += _malformed(message)
+            outcome.problems += not_json_rpc(message)
             error = message.get("error")
             if isinstance(error, Mapping) and isinstance(error.get("code"), int):
                 outcome.code = error["code"]
@@ -360,7 +372,7 @@ class Harness(AbstractContextManager["Harness"]):
                 waiting.task_id = self._seed_waiting(*seed).task_id
 
 
-def _messages(text: str, content_type: str, status: int) -> list[dict[str, Any]]:
+def messages_of(text: str, content_type: str, status: int) -> list[dict[str, Any]]:
     """The JSON-RPC messages of an answer body (JSON or SSE); [] for an empty body or a
     transport error's text (a 4xx); ValueError for anything else."""
     if not text:
@@ -378,7 +390,7 @@ def _messages(text: str, content_type: str, status: int) -> list[dict[str, Any]]
     return [value]
 
 
-def _malformed(message: Mapping[str, Any]) -> list[str]:
+def not_json_rpc(message: Mapping[str, Any]) -> list[str]:
     """What makes ``message`` no JSON-RPC 2.0 answer (or server request)."""
     problems = []
     if message.get("jsonrpc") != "2.0":
@@ -399,7 +411,7 @@ def _malformed(message: Mapping[str, Any]) -> list[str]:
     return problems
 
 
-def _changes(before: Mapping[str, Task], after: Mapping[str, Task]) -> list[str]:
+def store_changes(before: Mapping[str, Task], after: Mapping[str, Task]) -> list[str]:
     """How the store changed in ways a refused request may not change it."""
     problems = []
     if created := sorted(set(after) - set(before)):
