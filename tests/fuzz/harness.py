@@ -227,7 +227,11 @@ class Harness(AbstractContextManager["Harness"]):
         self.seeds = bridge_seeds(served.folder) if served.app == "bridge" else SEEDS[served.app]
         self.waiting: list[tuple[Waiting, tuple[str, dict[str, Any]]]] = []
         self.finished: list[str] = []
-        self.target = self._target()
+        try:
+            self.target = self._target()
+        except BaseException:
+            self._stack.close()
+            raise
 
     def __exit__(self, *exc: object) -> None:
         self._stack.close()
@@ -235,15 +239,13 @@ class Harness(AbstractContextManager["Harness"]):
     # --- the target -------------------------------------------------------------
 
     def _target(self) -> Target:
-        tools = {
-            t["name"]: t.get("inputSchema", {}) for t in self._rpc(V2026, "tools/list", {})["tools"]
-        }
+        tools = {t["name"]: t.get("inputSchema", {}) for t in self._rpc("tools/list", {})["tools"]}
         for seed in self.seeds.waiting:
             self.waiting.append((self._seed_waiting(*seed), seed))
         for name, args, cancel in self.seeds.finished:
             task_id = self._create(name, args)
             if cancel:
-                self._rpc(V2026, "tasks/cancel", {"taskId": task_id})
+                self._rpc("tasks/cancel", {"taskId": task_id})
             self._settle(task_id, lambda t: t.status.terminal)
             self.finished.append(task_id)
         session = self._initialize() if self.protocol == V2025 else None
@@ -257,9 +259,9 @@ class Harness(AbstractContextManager["Harness"]):
             skip_tools=SKIP_TOOLS[self.served.app],
         )
 
-    def _rpc(self, protocol: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    def _rpc(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         """A well-formed request of the harness's own (2026-07-28, extension declared)."""
-        target = Target(protocol, {}, (), ())
+        target = Target(V2026, {}, (), ())
         probe = request(target, "seed", method, params)
         response = self.http.post(self.served.url, content=probe.body, headers=probe.headers)
         body = json.loads(response.text)
@@ -268,7 +270,7 @@ class Harness(AbstractContextManager["Harness"]):
         return result
 
     def _create(self, name: str, args: dict[str, Any]) -> str:
-        task_id: str = self._rpc(V2026, "tools/call", {"name": name, "arguments": args})["taskId"]
+        task_id: str = self._rpc("tools/call", {"name": name, "arguments": args})["taskId"]
         return task_id
 
     def _settle(self, task_id: str, done: Callable[[Task], bool]) -> Task:
@@ -366,7 +368,7 @@ class Harness(AbstractContextManager["Harness"]):
         for task_id, task in after.items():
             if task_id not in before and not task.status.terminal:
                 with contextlib.suppress(AssertionError):  # it may have finished first
-                    self._rpc(V2026, "tasks/cancel", {"taskId": task_id})
+                    self._rpc("tasks/cancel", {"taskId": task_id})
         for waiting, seed in self.waiting:
             if after[waiting.task_id].status is not Status.INPUT_REQUIRED:
                 waiting.task_id = self._seed_waiting(*seed).task_id
