@@ -14,9 +14,12 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from mcp import Client
 from mcp.server import MCPServer
+from mcp.shared.exceptions import MCPError
 
 from contract.support import everything
+from keel.mcp.client import TasksClientExtension as Tasks
 from keel.mcp.client_v2025 import LegacyClient, RpcError
 from keel.runtime import Keel
 from keel.store import PostgresStore, SqliteStore, Store
@@ -99,6 +102,22 @@ async def test_2026_tools_call_refuses_bad_arguments_and_stores_nothing(
             assert (refused.status, refused.error["code"]) == (400, -32602), refused
             _names(refused.error["message"], field)
         assert await everything(wire_app.store) == before
+
+
+@pytest.mark.requirement("K2")
+async def test_the_official_client_sees_the_same_refusals(
+    wire_app: Keel, wire_server: MCPServer[Any]
+) -> None:
+    """Through the official SDK client (in process), with the tasks extension and
+    without: MCPError -32602 whose message names the field; nothing stored."""
+    for extensions in ([Tasks()], None):
+        async with Client(wire_server, extensions=extensions) as client:
+            for tool, arguments, field in REFUSED_ARGUMENTS:
+                with pytest.raises(MCPError) as info:
+                    await client.session.call_tool(tool, arguments, allow_claimed=True)
+                assert info.value.code == -32602
+                _names(info.value.message, field)
+    assert await wire_app.store.list() == []
 
 
 @pytest.mark.requirement("K2")
