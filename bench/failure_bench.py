@@ -27,9 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -47,17 +45,11 @@ from keel.store import open_store
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
+from keel_serve import KeelServe  # noqa: E402 - the tests' keel serve process
 from pg_scale.cluster import PrivateCluster  # noqa: E402 - the tests' throwaway cluster
 
-KEEL = Path(sys.executable).parent / "keel"
 ANSWER_TARGET = 10.0  # seconds: the default --store-timeout
 BACK_TARGET = 2.0  # seconds: the first call after PostgreSQL is back
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def _create(client: Client) -> str:
@@ -79,20 +71,6 @@ async def _timed(call: Any) -> tuple[float, int | None, str]:
     except MCPError as exc:
         return time.perf_counter() - started, exc.error.code, exc.error.message
     return time.perf_counter() - started, None, ""
-
-
-async def _ready(url: str, process: subprocess.Popen[bytes]) -> None:
-    with anyio.fail_after(60):
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"keel serve exited with {process.returncode}")
-            try:
-                async with Client(url) as client:
-                    await client.list_tools()
-            except (OSError, RuntimeError, ExceptionGroup):
-                await anyio.sleep(0.05)
-            else:
-                return
 
 
 async def _rounds(url: str, cluster: PrivateCluster, rounds: int) -> list[dict[str, Any]]:
@@ -132,28 +110,21 @@ def run(rounds: int, store_timeout: float | None) -> tuple[list[dict[str, Any]],
         store = open_store(url)
         anyio.run(store.list)  # the schema, before keel serve starts
         anyio.run(store.close)
-        port = _free_port()
-        argv = [str(KEEL), "serve", "--app", "apps.noop_app:app", "--no-worker",
-                "--store", url, "--port", str(port), "--data-dir", folder]  # fmt: skip
+        args = ["--app", "apps.noop_app:app", "--no-worker", "--store", url, "--data-dir", folder]
         if store_timeout is not None:
-            argv += ["--store-timeout", str(store_timeout)]
+            args += ["--store-timeout", str(store_timeout)]
         env = {k: v for k, v in os.environ.items() if k not in {"KEEL_STORE", "KEEL_STORE_TIMEOUT"}}
-        log = Path(folder) / "serve.log"
-        with log.open("wb") as sink:
-            process = subprocess.Popen(
-                argv, cwd=HERE, env=env, stdout=sink, stderr=subprocess.STDOUT
-            )
+        server = KeelServe(args, cwd=HERE, env=env, log=Path(folder) / "serve.log")
+        server.start()
         try:
-            mcp_url = f"http://127.0.0.1:{port}/mcp"
-            anyio.run(_ready, mcp_url, process)
+            anyio.run(server.ready)
             print("PostgreSQL down, then back: seconds until each answer (code: None = success)")
             print(f"  {'call':>8} {'code':>7} {'get':>8} {'code':>7} {'back:get':>9} {'code':>5}"
                   f" {'back:call':>9} {'code':>5}")  # fmt: skip
-            results = anyio.run(_rounds, mcp_url, cluster, rounds)
+            results = anyio.run(_rounds, server.url, cluster, rounds)
         finally:
-            process.terminate()
-            process.wait(timeout=30)
-        return results, log.read_text(errors="replace")[-2000:]
+            server.stop()
+        return results, server.output()
 
 
 def main() -> None:

@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 
 from keel.errors import StoreError, StoreUnavailable
+from keel.model import Status
 from keel.store import SqliteStore
+from runtime.support import outcome_through_outage
 
 pytestmark = pytest.mark.anyio
 
@@ -144,5 +146,33 @@ async def test_a_full_disk_is_named_and_writes_nothing(db):
         with pytest.raises(StoreUnavailable, match=f"store {db} is unavailable: the disk is full"):
             await fill()
         assert len(await store.list(limit=1000)) == made
+    finally:
+        await store.close()
+
+
+@pytest.mark.slow  # waits out a lease
+async def test_an_outcome_refused_by_a_full_disk_is_written_once_it_has_room(db):
+    """The disk fills while a handler runs (its one attempt), for longer than its lease:
+    the completion is refused as "disk full", tried again, and written once the file can
+    grow again; the task completes instead of being dead-lettered."""
+    store = SqliteStore(db, timeout=1.0)
+    sql = store._db.sql  # the store's one connection
+
+    async def fill_the_disk() -> None:
+        sql.execute(f"PRAGMA max_page_count = {sql.execute('PRAGMA page_count').fetchone()[0]}")
+
+    async def make_room() -> None:
+        sql.execute("PRAGMA max_page_count = 1073741823")
+
+    try:
+        done, history = await outcome_through_outage(
+            store,
+            lease=1.0,
+            result="x" * 50_000,  # needs new pages: what a full disk refuses
+            break_store=fill_the_disk,
+            mend_store=make_room,
+        )
+        assert done.status is Status.COMPLETED, history
+        assert done.attempt == 1
     finally:
         await store.close()

@@ -11,18 +11,19 @@ fast``) and started again.
 from __future__ import annotations
 
 import re
-import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import anyio
 import pytest
+from mcp import Client
 from mcp.shared.exceptions import MCPError
 
 from acceptance.apps.harness import eventually
 from keel.mcp.wire import STORE_UNAVAILABLE
 from keel.model import Status
-from keel.runtime import Keel, TaskContext, Worker
 from keel.store import open_store
+from runtime.support import outcome_through_outage
 
 from .cluster import PrivateCluster
 from .support import FrontEnd, app_env, create_task, get_task, mcp_client
@@ -44,6 +45,19 @@ async def _refused(call: object) -> MCPError:
     raise AssertionError("the call succeeded with PostgreSQL down")
 
 
+def _two_tasks(url: str) -> Callable[[], Awaitable[bool | None]]:
+    """A probe: True once the store holds two tasks."""
+
+    async def probe() -> bool | None:
+        store = open_store(url)
+        try:
+            return True if len(await store.list(limit=10)) >= 2 else None
+        finally:
+            await store.close()
+
+    return probe
+
+
 async def test_calls_with_postgres_down_are_answered_unavailable_in_time(
     tmp_path: Path, private_cluster: PrivateCluster
 ) -> None:
@@ -59,9 +73,29 @@ async def test_calls_with_postgres_down_are_answered_unavailable_in_time(
     front_end = FrontEnd(store=url, name="fe", logs=tmp_path, env=env)
     try:
         await front_end.ready()
-        async with mcp_client(front_end.url) as client:
+        async with mcp_client(front_end.url) as client, Client(front_end.url) as plain:
             task_id = await create_task(client, "pg_steps", {"steps": 1})
-            await anyio.to_thread.run_sync(cluster.stop, "fast")
+            inline: list[MCPError] = []
+            ended = anyio.Event()
+
+            async def wait_inline() -> None:
+                # A client without the tasks extension waits for the result inline (no
+                # worker runs it): the outage ends its wait as well.
+                try:
+                    await plain.call_tool("pg_steps", {"steps": 1})
+                except MCPError as exc:
+                    inline.append(exc)
+                finally:
+                    ended.set()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(wait_inline)
+                await eventually(_two_tasks(url), within=30, what="the inline call's task")
+                await anyio.to_thread.run_sync(cluster.stop, "fast")
+                with anyio.fail_after(STORE_TIMEOUT + SLACK):
+                    await ended.wait()
+            assert inline, "the inline call succeeded with PostgreSQL down"
+            assert inline[0].error.code == STORE_UNAVAILABLE, inline[0].error
             for call in (
                 get_task(client, task_id),
                 create_task(client, "pg_steps", {"steps": 1}),
@@ -90,46 +124,18 @@ async def test_an_outcome_written_during_an_outage_is_recorded_after_it(
     was not recovered behind its back), so the task completes instead of being
     dead-lettered as "stopped renewing its lease"."""
     cluster = private_cluster
-    lease = 1.5  # seconds; the outage below is longer
     store = open_store(cluster.url("postgres", schema="keel_late"), timeout=1.0)
-    app = Keel(store)
-    started, release = anyio.Event(), anyio.Event()
-
-    @app.task("hold", max_attempts=1, lease_seconds=lease)
-    async def hold(ctx: TaskContext) -> str:
-        started.set()
-        await release.wait()
-        return "done"
-
-    worker = Worker(app, concurrency=1, recover_interval=0.1)
     try:
-        async with anyio.create_task_group() as tg:
-            stop = anyio.Event()
-            tg.start_soon(lambda: worker.run(stop=stop))
-            task = await app.submit("hold", {})
-            with anyio.fail_after(30):
-                await started.wait()
-            await anyio.to_thread.run_sync(cluster.stop, "fast")
-            release.set()  # the handler returns; its completion cannot be written
-            down_at = time.monotonic()
-
-            async def written_and_failed() -> bool | None:
-                return True if worker._outage_seen >= down_at else None
-
-            await eventually(written_and_failed, within=30, what="a failed outcome write")
-            # The scenario: the server stays down past the lease (not a wait for a result).
-            await anyio.sleep(max(0.0, down_at + lease + 0.5 - time.monotonic()))
-            await anyio.to_thread.run_sync(cluster.start)
-
-            async def finished() -> Status | None:
-                now = (await store.get(task.task_id)).status
-                return now if now.terminal else None
-
-            assert await eventually(finished, within=30, what="the task") is Status.COMPLETED
-            stop.set()
-        done = await store.get(task.task_id)
+        done, history = await outcome_through_outage(
+            store,
+            lease=1.5,
+            result="done",
+            break_store=lambda: anyio.to_thread.run_sync(cluster.stop, "fast"),
+            mend_store=lambda: anyio.to_thread.run_sync(cluster.start),
+        )
+        assert done.status is Status.COMPLETED, history
         assert done.attempt == 1
-        history = [e.reason for e in await store.history(task.task_id)]
-        assert not any("renewing" in r or "expired" in r for r in history), history
+        reasons = [e.reason for e in history]
+        assert not any("renewing" in r or "expired" in r for r in reasons), reasons
     finally:
         await store.close()

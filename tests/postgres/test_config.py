@@ -82,3 +82,23 @@ async def test_open_store_selects_postgres(schema):
             assert (await store.get(task.task_id)).task_id == task.task_id
         finally:
             await store.close()
+
+
+def test_libpq_options_with_spaces_reach_libpq_intact():
+    """``options=-c%20x%3Dy`` (libpq's server settings): the space stays a space (it
+    was re-encoded as ``+``, which the server then refused as part of the name)."""
+    opts = parse_postgres_url("postgresql://h/db?options=-c%20statement_timeout%3D5s&schema=k")
+    assert "options='-c statement_timeout=5s -c search_path=k'" in opts.conninfo
+
+
+def test_timeouts_for_libpq_follow_the_store_timeout_unless_the_url_sets_them():
+    """connect_timeout is half the store timeout (2-10 s), tcp_user_timeout the timeout;
+    a value in the URL wins."""
+    opts = parse_postgres_url("postgresql://h/db", timeout=3.0)
+    assert opts.timeout == 3.0
+    assert "connect_timeout=2" in opts.conninfo
+    assert "tcp_user_timeout=3000" in opts.conninfo
+    given = parse_postgres_url("postgresql://h/db?connect_timeout=7&tcp_user_timeout=100")
+    assert "connect_timeout=7" in given.conninfo
+    assert "tcp_user_timeout=100" in given.conninfo
+    assert "connect_timeout=5" not in given.conninfo

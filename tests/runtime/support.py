@@ -6,6 +6,7 @@ and :func:`running` stops its workers (and checks that they stopped) when the bl
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from functools import partial
@@ -192,3 +193,50 @@ class Gates:
         """Wait for ``name`` to open (bounded: a handler never hangs a test)."""
         with anyio.fail_after(WAIT):
             await self[name].wait()
+
+
+async def outcome_through_outage(
+    store: Store,
+    *,
+    lease: float,
+    result: str,
+    break_store: Callable[[], Awaitable[None]],
+    mend_store: Callable[[], Awaitable[None]],
+    within: float = 30.0,
+) -> tuple[Task, list[Event]]:
+    """One task of one attempt whose handler returns ``result`` just after
+    ``break_store()`` made the store unavailable; the store stays so until the worker
+    failed to write the outcome and the lease ran out, then ``mend_store()``. The task
+    once it finished, and its history."""
+    app = Keel(store)
+    started, release = anyio.Event(), anyio.Event()
+
+    @app.task("hold", max_attempts=1, lease_seconds=lease)
+    async def hold(ctx: Any) -> str:
+        started.set()
+        await release.wait()
+        return result
+
+    runner = Worker(app, concurrency=1, recover_interval=0.05)
+    async with running(runner):
+        task = await app.submit("hold", {})
+        with anyio.fail_after(within):
+            await started.wait()
+        await break_store()
+        broken_at = time.monotonic()
+        release.set()  # the handler returns; its outcome cannot be written
+        await eventually(
+            lambda: runner._outage_seen >= broken_at, "a refused outcome write", within
+        )
+        # The scenario: the store stays unavailable past the lease (not a wait for a result).
+        await anyio.sleep(max(0.0, broken_at + lease + 0.3 - time.monotonic()))
+        await mend_store()
+        done = await eventually(
+            lambda: _terminal(store, task.task_id), f"task {task.task_id} to end", within
+        )
+    return done, list(await store.history(task.task_id))
+
+
+async def _terminal(store: Store, task_id: str) -> Task | None:
+    task = await store.get(task_id)
+    return task if task.status.terminal else None

@@ -399,8 +399,16 @@ class TasksExtension(Extension):
                 break
             await anyio.sleep(min(pause, left))
             pause = min(pause * 2, 0.01)
-            task = await self.app.store.get(task.task_id)
+            task = await self._reread(task)
         return task
+
+    async def _reread(self, task: Task) -> Task:
+        """The task as the store has it now; a store that cannot answer (unavailable,
+        failed) is the call's answer, by the one table."""
+        try:
+            return await self.app.store.get(task.task_id)
+        except KeelError as exc:
+            raise mcp_error(exc) from exc
 
     async def _inline(
         self, task: Task, ctx: ServerRequestContext[Any, Any], asked: set[str] | None = None
@@ -415,7 +423,6 @@ class TasksExtension(Extension):
         without MRTR cannot be asked: the task is cancelled, and the call answers
         ``-32021`` saying so.
         """
-        store = self.app.store
         while not task.status.terminal:
             if task.status is Status.INPUT_REQUIRED and not set(task.pending_input) <= (
                 asked or set()
@@ -429,7 +436,7 @@ class TasksExtension(Extension):
                     request_state=TASK_STATE + task.task_id,
                 )
             await anyio.sleep(INLINE_POLL)
-            task = await store.get(task.task_id)
+            task = await self._reread(task)
         return _raise_outcome(tool_outcome(task, expose_crashes=self.expose_crashes))
 
 

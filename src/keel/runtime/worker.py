@@ -153,17 +153,13 @@ class Worker:
         """Whether the worker was told to stop (it claims nothing more)."""
         return self._stopping
 
-    @property
-    def _lease(self) -> float:
-        return min(
-            (d.options.lease_seconds for d in self.app.tasks.values()), default=DEFAULT_LEASE
-        )
+    def _leases(self) -> list[float]:
+        """The lease lengths the app's task definitions ask for."""
+        return [d.options.lease_seconds for d in self.app.tasks.values()] or [DEFAULT_LEASE]
 
     @property
-    def _longest_lease(self) -> float:
-        return max(
-            (d.options.lease_seconds for d in self.app.tasks.values()), default=DEFAULT_LEASE
-        )
+    def _lease(self) -> float:
+        return min(self._leases())
 
     def _saw(self, exc: StoreError) -> None:
         """Note a store outage (see :meth:`_recover_loop`)."""
@@ -355,7 +351,7 @@ class Worker:
     async def _recover_loop(self) -> None:
         store = self.app.store
         while True:
-            if time.monotonic() - self._outage_seen < self._longest_lease:
+            if time.monotonic() - self._outage_seen < max(self._leases()):
                 # The store was unavailable a moment ago: the leases that expired meanwhile
                 # are most likely those of live workers, which renew or finish first.
                 await anyio.sleep(self.recover_interval)

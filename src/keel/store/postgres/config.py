@@ -34,7 +34,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
@@ -147,7 +147,9 @@ def parse_postgres_url(url: str, *, timeout: float = DEFAULT_STORE_TIMEOUT) -> P
     retry_base = _number(keel, "retry_base", 0.05, 0, url)
     retry_cap = _number(keel, "retry_cap", 2.0, 0, url)
     # libpq reads both schemes; give it the canonical one and the remaining options.
-    stripped = urlunsplit(parts._replace(scheme="postgresql", query=urlencode(libpq)))
+    stripped = urlunsplit(
+        parts._replace(scheme="postgresql", query=urlencode(libpq, quote_via=quote))
+    )
     with refusing_bad_url(url):
         params = conninfo_to_dict(stripped)
     if not timeout > 0:

@@ -143,7 +143,7 @@ class SqliteStore(TxStore):
             loop = None
         lane = self._lane
         if loop is not None and (lane is None or (lane.loop is not loop and lane.idle)):
-            # (nothing queued on the old loop)
+            # A new lane: nothing is queued on the old loop's.
             lane = self._lane = Lane(loop, self._writer, timeout=self.timeout, late=self._late)
         if lane is None or lane.loop is not loop:
             # Group commit serves one event loop at a time; others get a transaction each.
