@@ -257,7 +257,77 @@ def bad_files() -> list[Any]:
             "idempotency_key must be a non-empty string",
             id="empty-key",
         ),
+        # Text no store can hold, named by task, field and place (json.dumps writes a lone
+        # surrogate as the escape \udc80, a NUL as \u0000: the file itself is clean UTF-8).
+        pytest.param(
+            json.dumps(with_task("t-done", result={"note": ["ok", "\udc80"]})),
+            "task 't-done': result.note[1]: the lone surrogate U+DC80 at index 0",
+            id="surrogate-in-result",
+        ),
+        pytest.param(
+            json.dumps(with_task("t-done", result="a\x00b")),
+            "task 't-done': result: NUL (U+0000) at index 1 cannot be stored",
+            id="nul-in-result",
+        ),
+        pytest.param(
+            json.dumps(with_task("t-answered", input_value={"\ud800": 1})),
+            "task 't-answered': input_value[\"\\ud800\"]: the key itself",
+            id="surrogate-in-a-key",
+        ),
+        pytest.param(
+            json.dumps({"n\x00": {"task_id": "n\x00", "status": "working"}}),
+            "the task id: NUL (U+0000) at index 1 cannot be stored",
+            id="nul-in-task-id",
+        ),
+        pytest.param(
+            json.dumps(with_task("t-done", idempotency_key="k\udcff")),
+            "task 't-done': idempotency_key: the lone surrogate U+DCFF at index 1",
+            id="surrogate-in-idempotency-key",
+        ),
+        pytest.param(
+            json.dumps(with_task("t-done", result=nested(65))),
+            "task 't-done': result nests deeper than 64 levels",
+            id="result-nested-65-deep",
+        ),
+        pytest.param(
+            "[" * 100_000 + "]" * 100_000,
+            "the file nests deeper than 64 levels",
+            id="file-100k-deep",
+        ),
+        pytest.param(
+            json.dumps(with_task("t-done", updated_at=1e308)),
+            "task 't-done': updated_at 1e+308 is not a time from 1970 to 9999",
+            id="updated-at-1e308",
+        ),
+        pytest.param(
+            json.dumps(with_task("t-done", updated_at=10**400)),
+            "task 't-done': updated_at 1000000000000000000000000000000000000000… (401 characters)",
+            id="updated-at-400-digits",
+        ),
+        pytest.param(
+            json.dumps(with_task("t-done", created_at=-1)),
+            "created_at -1 is not a time from 1970 to 9999",
+            id="created-at-negative",
+        ),
+        pytest.param(
+            json.dumps(with_task("t-done", updated_at=253_402_300_800)),
+            "updated_at 253402300800 is not a time from 1970 to 9999",
+            id="updated-at-year-10000",
+        ),
+        pytest.param(
+            json.dumps(with_task("t-done", created_at="0001-01-01T00:00:00+00:00")),
+            "created_at '0001-01-01T00:00:00+00:00' is not",
+            id="created-at-year-1",
+        ),
     ]
+
+
+def nested(depth: int) -> Any:
+    """A list nested ``depth`` deep: ``[[[…]]]``."""
+    value: Any = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
 
 
 @pytest.mark.parametrize(("text", "fragment"), bad_files())
@@ -316,6 +386,18 @@ def test_missing_and_undecodable_files_are_import_failures(tmp_path):
     path.write_bytes(b'{"\xe9": 1}')
     with pytest.raises(ImportFailed, match="not UTF-8"):
         read_teaching_file(path)
+
+
+def test_storable_limits_themselves_are_accepted(tmp_path):
+    """JSON nested exactly 64 deep, and times at the ends of the range, import."""
+    tasks = {
+        "a": {"task_id": "a", "status": "completed", "result": nested(64), "created_at": 0},
+        "b": {"task_id": "b", "status": "completed", "updated_at": 253_402_300_799.0},
+        "c": {"task_id": "c", "status": "completed", "updated_at": "9999-12-31T00:00:00+00:00"},
+    }
+    report = parse_teaching_store(json.dumps(tasks), now=NOW)
+    assert [t.task_id for t in report.tasks] == ["a", "b", "c"]
+    assert report.tasks[0].result == nested(64)
 
 
 def test_times_in_seconds_or_iso_8601():

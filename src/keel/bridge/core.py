@@ -91,8 +91,14 @@ def _sources(settings: BridgeSettings) -> tuple[Path, Path, list[Path]]:
 @contextmanager
 def _locked(data_dir: Path) -> Iterator[None]:
     """One ``prepare`` at a time per data directory, across processes."""
-    data_dir.mkdir(parents=True, exist_ok=True)
-    with (data_dir / ".lock").open("a") as handle:
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        handle = (data_dir / ".lock").open("a")
+    except OSError as exc:  # a file where a directory should be, no permission …
+        raise ConfigurationError(
+            f"Bridge data directory {data_dir} cannot be used: {exc.strerror or exc}"
+        ) from exc
+    with handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield

@@ -111,13 +111,18 @@ class SampleSummary:
     last: str
 
 
+MAX_INCIDENTS = 60
+"""The most injected incidents one dataset holds: each takes one of as many incident
+numbers, drawn once from the seeded stream (so a count below it keeps the same bytes)."""
+
+
 class _Writer:
     """Makes ids, deploy records and incidents from one seeded random stream."""
 
     def __init__(self, rng: random.Random) -> None:
         self.rng = rng
         self.versions: dict[str, list[int]] = {s: [1, rng.randrange(2, 9), 0] for s in SERVICES}
-        self.numbers = rng.sample(range(200, 999), 60)
+        self.numbers = rng.sample(range(200, 999), MAX_INCIDENTS)
 
     def hexid(self, size: int) -> str:
         return f"{self.rng.getrandbits(size * 8):0{size * 2}x}"
@@ -492,7 +497,12 @@ def generate(
         seed: the random seed: the same seed gives the same bytes.
         incidents: injected incidents besides the seed's own.
         rate: root requests per minute on average (spans are ~8.6 times that).
+
+    Raises:
+        ValueError: more than :data:`MAX_INCIDENTS` incidents.
     """
+    if not 0 <= incidents <= MAX_INCIDENTS:
+        raise ValueError(f"incidents must be 0 to {MAX_INCIDENTS}, not {incidents}")
     rng = random.Random(seed)  # noqa: S311 - sample data, reproducible by seed
     writer = _Writer(rng)
     data = Dataset()

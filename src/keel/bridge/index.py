@@ -182,7 +182,10 @@ class _Ingest:
         self.done += st.st_size
         if self.progress is not None:
             self.progress.advance(self.done, self.total)
-        self.sources.append((str(path.resolve()), st.st_size, st.st_mtime_ns, count))
+        # A file name need not be UTF-8 (such a byte arrives as a lone surrogate), and
+        # SQLite text must be: the record keeps the name readable, the byte escaped.
+        name = os.fsencode(path.resolve()).decode("utf-8", "backslashreplace")
+        self.sources.append((name, st.st_size, st.st_mtime_ns, count))
         if self.log is not None:
             rate = self.total / max(time.perf_counter() - self.began, 1e-9)
             self.log(f"  indexed {path.name}: {count:,} spans ({rate:,.0f} spans/s so far)")

@@ -278,6 +278,10 @@ class _Reader:
                     if self.fill():
                         continue
                 raise self.error(f"not valid JSON: {exc.msg}", self.offset + exc.pos) from None
+            except RecursionError:  # the parser's answer to arrays nested ~1,000 deep
+                raise self.error("not valid JSON: nested too deep to read") from None
+            except ValueError as exc:  # an integer of over 4,300 digits
+                raise self.error(f"not valid JSON: {exc}") from None
             if end == len(self.buf) and self.fill():
                 continue  # a number at the end of the buffer may go on in the next chunk
             self.pos = end

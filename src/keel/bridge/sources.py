@@ -108,6 +108,10 @@ def _load_json_records(path: Path, key: str) -> list[Any]:
         raise MalformedSource(path, f"not valid JSON: {exc.msg}", exc.lineno) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise MalformedSource(path, f"cannot read: {exc}") from exc
+    except RecursionError:  # the parser's answer to arrays nested ~1,000 deep
+        raise MalformedSource(path, "not valid JSON: nested too deep to read") from None
+    except ValueError as exc:  # an integer of over 4,300 digits
+        raise MalformedSource(path, f"not valid JSON: {exc}") from None
     if isinstance(data, dict) and isinstance(data.get(key), list):
         data = data[key]
     if not isinstance(data, list):

@@ -5,11 +5,20 @@ ones (``keel serve``, ``keel worker``, ``keel db migrate``, ``keel bridge …``)
 same way. Exit codes: 0 ok; 1 an operational error, printed as one line
 ``keel: error: …`` (every :class:`~keel.errors.KeelError`, never a traceback); 2 a usage
 error (click's own).
+
+Anything else escaping a command is a bug of Keel's; it too ends in one line, ``keel:
+error: internal error: <type>: <message> (please report)``, exit code 1, unless
+``$KEEL_DEBUG`` is set (``KEEL_DEBUG=1 keel …``), which shows the traceback instead.
 """
 
 from __future__ import annotations
 
+import errno
+import io
 import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +39,10 @@ from keel.cli.worker import worker
 from keel.errors import KeelError
 from keel.store import ENV_VAR
 
-__all__ = ["cli", "main"]
+__all__ = ["DEBUG_ENV", "cli", "main"]
+
+DEBUG_ENV = "KEEL_DEBUG"
+"""Set (to anything but empty or 0), an unexpected exception shows its traceback."""
 
 
 def _show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
@@ -42,13 +54,64 @@ def _show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> N
 
 
 class KeelGroup(click.Group):
-    """A group that reports Keel's own errors as one line and exit code 1."""
+    """A group that reports Keel's own errors as one line and exit code 1.
+
+    Its ``make_context`` parses the root options and its ``invoke`` runs every subcommand
+    (their parsing included), so between them they see every error of every command.
+    """
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        # What a command prints may hold a file name that is not UTF-8 (a lone surrogate
+        # in Python): escape it, as Python's stderr does, rather than fail on stdout.
+        if isinstance(sys.stdout, io.TextIOWrapper) and sys.stdout.errors == "strict":
+            sys.stdout.reconfigure(errors="backslashreplace")
+        return super().main(*args, **kwargs)
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        with _one_line_errors():
+            return super().make_context(info_name, args, parent, **extra)
 
     def invoke(self, ctx: click.Context) -> Any:
-        try:
+        with _one_line_errors():
             return super().invoke(ctx)
-        except KeelError as exc:
-            raise KeelCliError(str(exc)) from exc
+
+
+_CLICKS_OWN: tuple[type[BaseException], ...] = (
+    click.ClickException,  # usage errors (exit 2) and KeelCliError
+    click.exceptions.Exit,
+    click.Abort,
+    EOFError,  # click turns it into "Aborted!"
+)
+
+
+@contextmanager
+def _one_line_errors() -> Iterator[None]:
+    try:
+        yield
+    except KeelError as exc:
+        raise KeelCliError(str(exc)) from exc
+    except _CLICKS_OWN:
+        raise
+    except Exception as exc:
+        if isinstance(exc, OSError) and exc.errno == errno.EPIPE:
+            raise  # a closed pipe (keel tasks list | head): click exits quietly
+        if os.environ.get(DEBUG_ENV, "") not in ("", "0"):
+            raise
+        # The last resort: a bug of Keel's. The cause is fixed where it is; until then
+        # the user sees one line to report, not a traceback.
+        message = str(exc)
+        if len(message) > 300:
+            message = f"{message[:300]}…"
+        raise KeelCliError(
+            f"internal error: {type(exc).__name__}: {message} (please report; "
+            f"{DEBUG_ENV}=1 shows the traceback)"
+        ) from exc
 
 
 @click.group(cls=KeelGroup, context_settings={"help_option_names": ["-h", "--help"]})

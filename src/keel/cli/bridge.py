@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from keel.cli.common import FilePath, KeelCliError
+
 __all__ = ["bridge"]
 
 _DATA_HELP = "The Bridge's data directory (index, sample data). Default $KEEL_BRIDGE_DATA, "
@@ -20,14 +22,14 @@ def bridge() -> None:
 
 
 @bridge.command("sample-data", short_help="Write a sample dataset with known root causes.")
-@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("directory", type=FilePath(file_okay=False, path_type=Path))
 @click.option("--seed", default=7, show_default=True, type=int, help="Same seed, same data.")
 @click.option(
     "--incidents",
     "count",
     default=12,
     show_default=True,
-    type=click.IntRange(0, 200),
+    type=click.IntRange(0, 60),  # keel.bridge.generate.MAX_INCIDENTS, not imported for it
     help="Injected incidents (besides the seed's INC-2026-0142).",
 )
 @click.option(
@@ -41,7 +43,10 @@ def sample_data(directory: Path, seed: int, count: int, rate: float) -> None:
     """Write incidents, deploys, OTLP/JSON traces and ground-truth.json into DIRECTORY."""
     from keel.bridge.generate import generate
 
-    generate(directory, seed=seed, incidents=count, rate=rate, log=click.echo)
+    try:
+        generate(directory, seed=seed, incidents=count, rate=rate, log=click.echo)
+    except OSError as exc:  # the directory cannot be made or written: name it and why
+        raise KeelCliError(f"cannot write sample data to {directory}: {exc.strerror}") from exc
 
 
 def _settings(
@@ -64,18 +69,18 @@ def _settings(
 
 
 _source_options = [
-    click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), help=_DATA_HELP),
+    click.option("--data-dir", type=FilePath(file_okay=False, path_type=Path), help=_DATA_HELP),
     click.option(
-        "--incidents", type=click.Path(dir_okay=False, path_type=Path), help="Incidents JSON."
+        "--incidents", type=FilePath(dir_okay=False, path_type=Path), help="Incidents JSON."
     ),
     click.option(
         "--traces",
         multiple=True,
-        type=click.Path(path_type=Path),
+        type=FilePath(path_type=Path),
         help="OTLP/JSON file or folder (repeatable).",
     ),
     click.option(
-        "--deploys", type=click.Path(dir_okay=False, path_type=Path), help="Deploys JSON or CSV."
+        "--deploys", type=FilePath(dir_okay=False, path_type=Path), help="Deploys JSON or CSV."
     ),
 ]
 

@@ -15,11 +15,14 @@ from typing import IO, Any, TypeVar
 import anyio
 import click
 
+from keel.errors import ConfigurationError
 from keel.store import ENV_VAR, Location, Store, open_store, parse_location, resolve_location
+from keel.store.locations import file_name_problem
 
 __all__ = [
     "STORE_HELP",
     "CliState",
+    "FilePath",
     "KeelCliError",
     "chosen_location",
     "data_dir_option",
@@ -49,6 +52,24 @@ class KeelCliError(click.ClickException):
         # One line, whatever the message: a multi-line message would read as several errors.
         message = " ".join(self.format_message().split())
         click.echo(f"keel: error: {message}", file=file, err=file is None)
+
+
+class FilePath(click.Path):
+    """:class:`click.Path` that refuses, in one ``keel: error:`` line, what no system call
+    takes as a file name (:func:`~keel.store.locations.file_name_problem`), rather than
+    failing in the first ``open`` or ``stat``."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        problem = file_name_problem(value) if isinstance(value, str) else None
+        if problem:
+            raise ConfigurationError(f"{_hint(param, ctx)}: the file name {problem}")
+        return super().convert(value, param, ctx)
+
+
+def _hint(param: click.Parameter | None, ctx: click.Context | None) -> str:
+    return (
+        "the file name" if param is None else param.get_error_hint(ctx) if ctx else str(param.name)
+    )
 
 
 @dataclass
@@ -98,7 +119,7 @@ def data_dir_option(help_text: str) -> Callable[[F], F]:
         default="keel-data",
         show_default=True,
         envvar="KEEL_DATA_DIR",
-        type=click.Path(file_okay=False, path_type=Path),
+        type=FilePath(file_okay=False, path_type=Path),
         help=help_text,
     )
 

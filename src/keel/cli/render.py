@@ -126,10 +126,17 @@ def _value_lines(label: str, value: JsonValue, indent: str = "") -> list[str]:
 
 
 def format_time(seconds: float | None) -> str:
-    """A stored time for people: UTC, to the second (``2026-11-30 20:32:09Z``)."""
+    """A stored time for people: UTC, to the second (``2026-11-30 20:32:09Z``).
+
+    A time no calendar holds (``1e308``, NaN: imported before import checked the range)
+    is shown as the number stored, so one bad row cannot stop a whole listing.
+    """
     if seconds is None:
         return "-"
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    try:
+        return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    except (OverflowError, OSError, ValueError):
+        return f"{seconds!r}s (out of range)"
 
 
 def status_text(status: Status) -> str:

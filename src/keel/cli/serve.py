@@ -172,7 +172,13 @@ def _read_config(ctx: click.Context, _param: click.Parameter, value: str | None)
     """Load the TOML file into the command's defaults (below flags and environment)."""
     explicit = value is not None
     path = Path(value) if value is not None else Path(DEFAULT_CONFIG)
-    if not path.exists():
+    try:
+        found = path.exists()
+    except OSError as exc:  # a name too long for the system: it cannot exist
+        raise click.BadParameter(
+            f"cannot read {path}: {exc.strerror}", param_hint="--config"
+        ) from exc
+    if not found:
         if explicit:
             raise click.BadParameter(f"no such file: {path}", param_hint="--config")
         return None

@@ -12,7 +12,13 @@ from pathlib import Path
 
 import click
 
-from keel.cli.common import KeelCliError, chosen_location, run_with_store, store_option
+from keel.cli.common import (
+    FilePath,
+    KeelCliError,
+    chosen_location,
+    run_with_store,
+    store_option,
+)
 from keel.cli.render import (
     dump_json,
     reclaimed_table,
@@ -23,10 +29,17 @@ from keel.cli.render import (
     task_to_json,
     terminal_width,
 )
+from keel.errors import InvalidPayload
 from keel.model import DEFAULT_INPUT_KEY, Event, JsonValue, Reclaimed, Status, Task
 from keel.model.validation import check_answer_keys
 from keel.store import Store
-from keel.store.importer import ImportReport, import_file, read_teaching_file
+from keel.store.importer import (
+    ImportReport,
+    check_depth,
+    import_file,
+    loads_bounded,
+    read_teaching_file,
+)
 
 __all__ = ["tasks"]
 
@@ -39,19 +52,28 @@ _STATUS_CHOICE = click.Choice([s.value for s in Status])
 def _parse_json(ctx: click.Context, param: click.Parameter, value: str | None) -> JsonValue:
     """``--json``: a JSON document on the command line (``-`` reads it from stdin).
 
-    A malformed document is a usage error (exit 2) that says where and what is wrong.
+    A malformed document is a usage error (exit 2) that says where and what is wrong; a
+    document nested deeper than :data:`~keel.store.importer.MAX_DEPTH` is refused with
+    one ``keel: error:`` line (as the store refuses text it cannot keep, naming where).
     """
     if value is None:
         return None
-    text = sys.stdin.read() if value == "-" else value
     try:
-        return json.loads(text, parse_constant=_refuse_constant)
+        text = sys.stdin.read() if value == "-" else value
+    except UnicodeDecodeError as exc:
+        raise click.BadParameter(f"stdin is not UTF-8 text: {exc.reason}", ctx, param) from exc
+    try:
+        parsed = loads_bounded(text, "the answer", parse_constant=_refuse_constant)
     except json.JSONDecodeError as exc:
         raise click.BadParameter(
             f"not valid JSON: line {exc.lineno} column {exc.colno}: {exc.msg}", ctx, param
         ) from exc
+    except InvalidPayload:
+        raise  # valid JSON, but nested too deep to store: one keel: error line
     except ValueError as exc:
         raise click.BadParameter(f"not valid JSON: {exc}", ctx, param) from exc
+    check_depth(parsed, "the answer")
+    return parsed
 
 
 def _refuse_constant(name: str) -> None:
@@ -263,7 +285,7 @@ def purge(ctx: click.Context, limit: int, as_json: bool) -> None:
 
 @tasks.command("import", short_help="Import a teaching-store JSON file, all or nothing.")
 @store_option
-@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("file", type=FilePath(dir_okay=False, path_type=Path))
 @click.option("--dry-run", is_flag=True, help="Check the whole file; store nothing.")
 @click.pass_context
 def import_(ctx: click.Context, file: Path, dry_run: bool) -> None:

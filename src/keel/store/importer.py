@@ -24,10 +24,15 @@ How teaching fields map onto a Keel task:
 * a ``failed`` teaching task recorded no error, but Keel stores failures as JSON-RPC
   errors: it gets :data:`FAILED_BEFORE_IMPORT`, and its status message says so;
 * times: ``updated_at`` (epoch seconds, or ISO 8601 where a naive time is local time, as
-  ``datetime.now().isoformat()`` wrote it) and ``created_at`` if the file has them.
+  ``datetime.now().isoformat()`` wrote it) and ``created_at`` if the file has them,
+  between 1970 and the end of year 9999 (:data:`LATEST_TIME`).
   The teaching store recorded no creation time: ``created_at`` is then ``updated_at``, or
   for a task with neither the import time, spaced a microsecond apart in file order, so
   that listings keep the order in which the teaching store created the tasks.
+
+Values no store keeps are refused, naming the task and the field (and where in it): a
+lone surrogate or a NUL in any text (the model's check, as for every write), JSON nested
+deeper than :data:`MAX_DEPTH` (:func:`check_depth`, which ``keel tasks answer`` uses too).
 """
 
 from __future__ import annotations
@@ -58,9 +63,13 @@ from keel.store import Store
 
 __all__ = [
     "FAILED_BEFORE_IMPORT",
+    "LATEST_TIME",
+    "MAX_DEPTH",
     "TEACHING_FIELDS",
     "ImportReport",
+    "check_depth",
     "import_file",
+    "loads_bounded",
     "parse_teaching_store",
     "read_teaching_file",
 ]
@@ -89,6 +98,53 @@ _STATUS_VALUES = frozenset(s.value for s in Status)
 _STATUSES = ", ".join(repr(s.value) for s in Status)
 
 _SPACING = 1e-6  # seconds between import times of tasks without timestamps, in file order
+
+LATEST_TIME = 253_402_300_800.0  # seconds since the epoch: 10000-01-01T00:00:00Z
+"""Times from this on are refused: no calendar the CLI prints (nor PostgreSQL) reaches it."""
+
+MAX_DEPTH = 64
+"""How deep arrays and objects may nest in JSON Keel is given to store: far beyond any
+real answer or result, and far below the ~1,000 levels where Python's recursive JSON
+decoder and encoder give up (fewer still deep inside a call stack)."""
+
+
+# --- how deep ----------------------------------------------------------------------------
+
+
+def check_depth(value: object, what: str, max_depth: int = MAX_DEPTH) -> None:
+    """Refuse JSON whose arrays and objects nest deeper than ``max_depth``; walks the
+    value without recursion, so a value of any depth is answered.
+
+    Text no store keeps (NUL, a lone surrogate) is refused where it is encoded, by
+    :func:`keel.model.validation.encode`, naming the field.
+
+    Raises:
+        InvalidPayload: naming ``what``.
+    """
+    stack: list[tuple[object, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth >= max_depth:
+                raise InvalidPayload(f"{what} nests deeper than {max_depth} levels")
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+
+
+def loads_bounded(text: str, what: str = "the JSON", **options: Any) -> Any:
+    """``json.loads`` that answers JSON nested too deep for Python's parser as
+    :func:`check_depth` answers JSON nested deeper than :data:`MAX_DEPTH`.
+
+    Raises:
+        json.JSONDecodeError: not JSON.
+        InvalidPayload: nested too deep for the parser (a ``ValueError`` too).
+        ValueError: whatever a hook given in ``options`` raises.
+    """
+    try:
+        return json.loads(text, **options)
+    except RecursionError:
+        # The parser's own answer to depth: one clear line, the same limit as for a value.
+        raise InvalidPayload(f"{what} nests deeper than {MAX_DEPTH} levels") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +179,8 @@ def read_teaching_file(
         raw = Path(source).read_bytes()
     except OSError as exc:
         raise ImportFailed(source, [f"cannot read the file: {exc.strerror or exc}"]) from exc
+    except ValueError as exc:  # a NUL, or a surrogate that names no byte
+        raise ImportFailed(source, [f"not a file name: {exc}"]) from exc
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -156,8 +214,9 @@ def parse_teaching_store(
         )
     duplicates: list[str] = []
     try:
-        data = json.loads(
+        data = loads_bounded(
             text,
+            "the file",
             object_pairs_hook=lambda pairs: _no_duplicates(pairs, duplicates),
             parse_constant=_refuse_constant,
         )
@@ -165,7 +224,7 @@ def parse_teaching_store(
         raise ImportFailed(
             source, [f"line {exc.lineno} column {exc.colno}: {exc.msg} (truncated or not JSON)"]
         ) from exc
-    except ValueError as exc:  # NaN / Infinity: Python accepts them, JSON does not
+    except ValueError as exc:  # NaN, Infinity (Python takes them, JSON does not), depth
         raise ImportFailed(source, [str(exc)]) from exc
     if duplicates:
         raise ImportFailed(source, duplicates)
@@ -332,6 +391,7 @@ class _TeachingTask:
         if value is None:
             return None
         try:
+            check_depth(value, name)
             return normalize(value, name, limit)[1]
         except InvalidPayload as exc:
             self.problem(str(exc))
@@ -392,13 +452,15 @@ class _TeachingTask:
             try:
                 # A naive time is local time: that is what datetime.now().isoformat() wrote.
                 seconds = datetime.fromisoformat(raw).timestamp()
-            except ValueError:
-                self.problem(f"{name} {raw!r} is not an ISO 8601 time")
+            except (ValueError, OverflowError, OSError):  # OverflowError: year 1 or 9999
+                self.problem(f"{name} {raw!r} is not an ISO 8601 time from 1970 to 9999")
                 return None
+        elif isinstance(raw, int) and abs(raw) > LATEST_TIME:
+            seconds = math.inf  # float() of a 400-digit integer would overflow
         else:
             seconds = float(raw)
-        if not math.isfinite(seconds) or seconds < 0:
-            self.problem(f"{name} {raw!r} is not a time after 1970")
+        if not (math.isfinite(seconds) and 0 <= seconds < LATEST_TIME):
+            self.problem(f"{name} {_short(raw)} is not a time from 1970 to 9999")
             return None
         return seconds
 
@@ -414,6 +476,11 @@ def _no_duplicates(pairs: list[tuple[str, Any]], found: list[str]) -> dict[str, 
 
 def _refuse_constant(name: str) -> None:
     raise ValueError(f"{name} is not a JSON number")
+
+
+def _short(value: object, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
 
 
 def _kind(value: object) -> str:

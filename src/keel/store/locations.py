@@ -17,6 +17,7 @@ to date and says what it did. PostgreSQL needs psycopg, an optional dependency (
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from keel.errors import ConfigurationError
 from keel.model import Limits
+from keel.model.validation import unstorable
 from keel.store.base import TxStore
 from keel.store.group_commit import START_MARGIN
 from keel.store.protocol import Clock
@@ -35,6 +37,7 @@ __all__ = [
     "POSTGRES_EXTRA",
     "Location",
     "MigrationReport",
+    "file_name_problem",
     "load_postgres_adapter",
     "migrate",
     "open_store",
@@ -83,14 +86,24 @@ def parse_location(location: str | os.PathLike[str]) -> Location:
     """Parse a store location.
 
     Raises:
-        ConfigurationError: an empty location, an unknown scheme, or an unknown option.
+        ConfigurationError: an empty location, one with NUL or a lone surrogate (a byte
+            that is not UTF-8), a malformed URL, an unknown scheme, or an unknown option.
     """
     text = os.fspath(location).strip()
     if not text:
         raise ConfigurationError("store location is empty")
+    problem = unstorable(text)  # SQLite file names and PostgreSQL URLs are UTF-8 text
+    if problem:
+        raise ConfigurationError(f"store location: {problem}")
     if "://" not in text:
-        return Location("sqlite", Path(text), text)
-    parts = urlsplit(text)
+        return Location("sqlite", _file_name(text), text)
+    try:
+        parts = urlsplit(text)
+    except ValueError as exc:  # "Invalid IPv6 URL": an unclosed [ in the host
+        # Not echoed: the rest may hold a password, and redact() cannot split it either.
+        raise ConfigurationError(
+            f"malformed store URL {text.partition('://')[0]}://…: {exc}"
+        ) from None
     scheme = parts.scheme.lower()
     if scheme == "memory":
         if parts.netloc or parts.path.strip("/"):
@@ -115,11 +128,43 @@ def parse_location(location: str | os.PathLike[str]) -> Location:
                 f"unknown SQLite option(s) {', '.join(sorted(unknown))} in {text!r}; "
                 f"known: {', '.join(sorted(_SQLITE_OPTIONS))}"
             )
-        return Location("sqlite", Path(raw), text, options)
+        return Location("sqlite", _file_name(raw), text, options)
     raise ConfigurationError(
         f"unknown store scheme {parts.scheme!r} in {text!r}; use a file path, sqlite:///…, "
         "postgresql://… or memory://"
     )
+
+
+_MAX_BUSY_TIMEOUT = 86_400.0  # seconds: a day; a write waiting longer is no longer waiting
+_NAME_MAX = 255  # bytes in one part of a file name: the limit of every common file system
+_PATH_MAX = 4096  # bytes in a whole path, its end included: Linux's (a longer one fails)
+
+
+def file_name_problem(name: str) -> str | None:
+    """What makes ``name`` a file name no system call takes, or None: a NUL, a surrogate
+    that stands for no byte (only a program can pass one: a byte of ``sys.argv`` that is
+    not UTF-8 arrives as one that does), a part over 255 bytes, a whole over 4,095."""
+    if "\x00" in name:
+        return f"contains a NUL character at position {name.index(chr(0))}"
+    try:
+        raw = os.fsencode(name)
+    except UnicodeEncodeError as exc:
+        return f"holds {name[exc.start]!a} at position {exc.start}, which stands for no byte"
+    longest = max(len(part) for part in raw.split(b"/"))
+    if longest > _NAME_MAX or len(raw) >= _PATH_MAX:
+        return (
+            f"is too long: {len(raw)} bytes with a part of {longest} (the limits are "
+            f"{_PATH_MAX - 1} and {_NAME_MAX})"
+        )
+    return None
+
+
+def _file_name(text: str) -> Path:
+    """A SQLite file's path, refused when no system call would take it."""
+    problem = file_name_problem(text)
+    if problem:
+        raise ConfigurationError(f"store path {text[:60]!r} {problem}")
+    return Path(text)
 
 
 def open_store(
@@ -153,9 +198,11 @@ def open_store(
         try:
             busy = float(loc.options.get("busy_timeout", DEFAULT_BUSY_TIMEOUT))
         except ValueError:
+            busy = math.nan
+        if not 0 <= busy <= _MAX_BUSY_TIMEOUT:  # also refuses nan
             raise ConfigurationError(
-                f"busy_timeout must be a number of seconds in {loc.url!r}"
-            ) from None
+                f"busy_timeout must be 0 to {_MAX_BUSY_TIMEOUT:g} seconds in {loc.url!r}"
+            )
         if timeout is not None:  # the lock wait ends a little before the caller's
             busy = min(busy, max(timeout - min(START_MARGIN, timeout / 2), 0.0))
         return SqliteStore(
