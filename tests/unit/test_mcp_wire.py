@@ -124,6 +124,9 @@ def test_input_responses_split_into_answers_and_declines():
         ([], "inputResponses"),
         ({"a": "yes"}, "inputResponses['a']"),
         ({"a": {"action": "maybe"}}, "inputResponses['a'].action"),
+        # found by tests/fuzz: an action that is a list or an object (unhashable)
+        ({"a": {"action": [1]}}, "inputResponses['a'].action"),
+        ({"a": {"action": {"x": 1}}}, "inputResponses['a'].action"),
     ],
 )
 def test_malformed_input_responses_are_refused_naming_the_key(responses, names):

@@ -278,7 +278,7 @@ def input_from_wire(responses: Any) -> tuple[dict[str, Any], dict[str, str]]:
         action = response.get("action")
         if action == "accept":
             answers[key] = response.get("content", {})
-        elif action in {"decline", "cancel"}:
+        elif action in ("decline", "cancel"):  # a tuple: the action may be unhashable
             declined[key] = str(action)
         else:
             raise InvalidPayload(
