@@ -35,15 +35,20 @@ def filled(path: Path, count: int, *, pad: int = 500) -> list[Task]:
     return anyio.run(run)
 
 
-def damage(path: Path) -> None:
+def damage(path: Path, *, whole_page: bool = False) -> None:
     """Overwrite part of the tasks table's first page with 0xFF: SQLite's header and
-    schema stay readable (the file opens), its checks fail."""
+    schema stay readable (the file opens), its checks fail. ``whole_page``: all of it,
+    its page header too, so that every read and write of the table meets the damage."""
     with sqlite3.connect(path) as conn:
         root = conn.execute("SELECT rootpage FROM sqlite_schema WHERE name = 'tasks'").fetchone()[0]
     conn.close()
     with path.open("r+b") as file:
-        file.seek((root - 1) * PAGE + 40)
-        file.write(b"\xff" * 100)
+        if whole_page:
+            file.seek((root - 1) * PAGE)
+            file.write(b"\xff" * PAGE)
+        else:
+            file.seek((root - 1) * PAGE + 40)
+            file.write(b"\xff" * 100)
 
 
 def copied_alone(db: Path, folder: Path) -> Path:

@@ -24,6 +24,7 @@ Callers catch these, never driver exceptions: adapters translate ``sqlite3`` (an
     │   │                       names the store and the cause; retry after ``retry_after``
     │   ├── NotAStore           an existing file that is empty or not a SQLite database
     │   └── StoreDamaged        a store whose integrity check (or quick check) fails
+    │       └── StoreCorrupt    a damaged page met while serving (SQLite's SQLITE_CORRUPT)
     │
     │   handlers and the runtime (``keel.runtime`` re-exports these three):
     ├── ToolError               raised by a handler: its task completes with ``isError: true``
@@ -54,6 +55,7 @@ __all__ = [
     "LeaseLost",
     "NotAStore",
     "PayloadTooLarge",
+    "StoreCorrupt",
     "StoreDamaged",
     "StoreError",
     "StoreUnavailable",
@@ -317,6 +319,22 @@ class StoreDamaged(StoreError):
         )
         self.path = path
         self.problems = list(problems)
+
+
+class StoreCorrupt(StoreDamaged):
+    """A damaged page (or file header) met while serving, after the store was opened: the
+    call failed and nothing was written; the store must be restored before it can serve
+    again. Over MCP it is ``-32051``, never a bare ``-32603``.
+
+    Attributes:
+        path: the store.
+        problems: what the store's engine said (one entry).
+    """
+
+    def __init__(self, path: str, message: str, detail: str) -> None:
+        StoreError.__init__(self, message)
+        self.path = path
+        self.problems = [detail]
 
 
 class ToolError(KeelError):

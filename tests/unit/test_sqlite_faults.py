@@ -11,7 +11,7 @@ import sqlite3
 
 import pytest
 
-from keel.errors import StoreError, StoreUnavailable
+from keel.errors import StoreCorrupt, StoreError, StoreUnavailable
 from keel.store.sqlite.faults import FAULTS, GENERIC, is_busy, translate
 
 PATH = "/data/keel.db"
@@ -34,6 +34,8 @@ EXPECTED = {
 BUSY = {"SQLITE_BUSY", "SQLITE_LOCKED"}
 UNAVAILABLE = {*BUSY, "SQLITE_READONLY", "SQLITE_PERM", "SQLITE_FULL"}
 """The codes of a store that cannot serve for now: StoreUnavailable, not a plain StoreError."""
+DAMAGED = {"SQLITE_CORRUPT", "SQLITE_NOTADB"}
+"""The codes of a damaged file: StoreCorrupt (-32051 over MCP), to be restored."""
 
 
 def _error(name: str, text: str = "what SQLite said") -> sqlite3.Error:
@@ -54,7 +56,10 @@ def test_each_code_maps_to_its_message(name):
     words, keeps SQLite's words in parentheses, and chains the driver error."""
     exc = _error(name)
     error = translate(exc, PATH)
-    assert type(error) is (StoreUnavailable if name in UNAVAILABLE else StoreError)
+    kind = (
+        StoreUnavailable if name in UNAVAILABLE else StoreCorrupt if name in DAMAGED else StoreError
+    )
+    assert type(error) is kind
     assert str(error).startswith(EXPECTED[name])
     assert str(error).endswith("(what SQLite said)")
     assert error.__cause__ is exc

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from keel.errors import StoreError, StoreUnavailable
-from keel.mcp.wire import STORE_UNAVAILABLE, rpc_error
+from keel.errors import StoreCorrupt, StoreDamaged, StoreError, StoreUnavailable
+from keel.mcp.wire import STORE_DAMAGED, STORE_UNAVAILABLE, rpc_error
 from keel.store.base import Op
 from keel.store.group_commit import Lane, Outcome, Ran, Wait, bounded
 
@@ -38,7 +38,15 @@ def test_unavailable_crosses_the_wire_with_its_code_and_retry_hint():
         "message": "store /var/lib/keel.db is unavailable: the disk is full",
         "data": {"retryAfterMs": 2500},
     }
-    assert rpc_error(StoreError("corrupt"))["code"] == -32603  # the others stay generic
+    assert rpc_error(StoreError("disk I/O"))["code"] == -32603  # the others stay generic
+
+
+def test_a_corrupt_store_crosses_the_wire_named_and_typed():
+    """A damaged page met while serving: -32051 naming the store and the remedy, never
+    the generic -32603; no retry hint (trying again does not mend the file)."""
+    error = StoreCorrupt("/var/lib/keel.db", "store /var/lib/keel.db is corrupt: …", "malformed")
+    assert isinstance(error, StoreDamaged)
+    assert rpc_error(error) == {"code": STORE_DAMAGED, "message": str(error)}
 
 
 def _late() -> Exception:

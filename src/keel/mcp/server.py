@@ -386,7 +386,7 @@ class TasksExtension(Extension):
         outstanding = {k: v for k, v in given.items() if k in task.pending_input}
         if outstanding and task.status is Status.INPUT_REQUIRED:
             await self._answer(task, outstanding)
-            task = await self.app.store.get(task.task_id)
+            task = await self._reread(task)
         return await self._inline(task, ctx, asked=set(given))
 
     async def _settle(self, task: Task, within: float) -> Task:

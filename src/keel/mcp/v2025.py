@@ -280,14 +280,14 @@ class LegacyTasks:
         if authenticated_principal(ctx) is None:
             raise error_of(list_not_served())
         owner = self.owner(ctx)
-        if params.cursor is not None:
-            try:
-                await self.app.store.get(params.cursor, owner=owner)
-            except TaskNotFound:
-                raise error_of(invalid_cursor()) from None
         try:
+            if params.cursor is not None:
+                try:
+                    await self.app.store.get(params.cursor, owner=owner)
+                except TaskNotFound:
+                    raise error_of(invalid_cursor()) from None
             tasks = await self.app.store.list(owner=owner, limit=LIST_PAGE + 1, after=params.cursor)
-        except KeelError as exc:
+        except KeelError as exc:  # the store failed (unavailable, damaged): by the one table
             raise mcp_error(exc) from exc
         page = list(tasks[:LIST_PAGE])
         answer: JsonObject = {"tasks": [self.wire(task) for task in page]}
@@ -388,6 +388,10 @@ class LegacyTasks:
         history) and raise :data:`CANNOT_ASK` saying so."""
         keys = ", ".join(sorted(task.pending_input))
         reason = f"the task needs input ({keys}) and its client cannot be asked: {why}"
-        with contextlib.suppress(InvalidTransition):  # it ended meanwhile: still refused
+        try:
             await self.app.cancel(task.task_id, reason=reason, owner=task.owner)
+        except InvalidTransition:
+            pass  # it ended meanwhile: still refused
+        except KeelError as exc:  # the store failed: that is the answer (the one table)
+            raise mcp_error(exc) from exc
         raise error_of(stranded(task.task_id, sorted(task.pending_input), reason))

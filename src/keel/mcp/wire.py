@@ -44,6 +44,7 @@ from keel.errors import (
     InvalidPayload,
     InvalidTransition,
     KeelError,
+    StoreDamaged,
     StoreUnavailable,
     TaskNotFound,
 )
@@ -59,6 +60,7 @@ __all__ = [
     "NOT_FOUND",
     "RATE_LIMITED",
     "RELATED_TASK",
+    "STORE_DAMAGED",
     "STORE_UNAVAILABLE",
     "TASKS_EXTENSION",
     "TASK_CANCELLED",
@@ -111,6 +113,11 @@ STORE_UNAVAILABLE = -32050
 """The store cannot serve for now (down, unreachable, locked, out of disk, read-only): the
 message names the store and the cause, ``data.retryAfterMs`` when to try again. A code
 of JSON-RPC's implementation-defined server error range that no MCP spec uses."""
+STORE_DAMAGED = -32051
+"""The store is damaged (a corrupt page or header met while serving, a failed check):
+the message names the store and what to do (restore it from a backup); trying again
+will not help until someone does, so no ``retryAfterMs``. The code after
+:data:`STORE_UNAVAILABLE`, in the same implementation-defined range."""
 NOT_FOUND = "Failed to retrieve task: Task not found"
 """The one message for unknown, purged and other principals' tasks (the spec's text)."""
 
@@ -120,10 +127,11 @@ ERROR_CODES: tuple[tuple[type[KeelError], int], ...] = (
     (IdempotencyConflict, INVALID_PARAMS),
     (InvalidTransition, INVALID_PARAMS),  # TaskAlreadyTerminal: names the status
     (StoreUnavailable, STORE_UNAVAILABLE),  # names the store and the cause; data.retryAfterMs
+    (StoreDamaged, STORE_DAMAGED),  # StoreCorrupt: names the store and says to restore it
 )
 """Keel errors that a client caused (or may wait out: a store unavailable for now), and
-their JSON-RPC codes; first match wins. Any other Keel error (a store failure, a lost
-lease) is the server's: ``-32603`` with a message that shows nothing of the server's
+their JSON-RPC codes; first match wins. Any other Keel error (an I/O error of the store,
+a lost lease) is the server's: ``-32603`` with a message that shows nothing of the server's
 internals."""
 
 STORE_FAILED = "the task store failed; the server's log has the details"

@@ -7,7 +7,8 @@ unique index refusing a row), then its primary code (any other constraint). Ever
 the adapter is known to meet is in :data:`FAULTS`; anything else reads as a plain SQLite
 error, with SQLite's own words. A lock held past the busy timeout, a full disk and a
 read-only file are :class:`~keel.errors.StoreUnavailable` (the store cannot serve for
-now, and says why); the others are :class:`~keel.errors.StoreError`.
+now, and says why); a damaged page or header is :class:`~keel.errors.StoreCorrupt` (it
+must be restored); the others are :class:`~keel.errors.StoreError`.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from keel.errors import StoreError, StoreUnavailable
+from keel.errors import StoreCorrupt, StoreError, StoreUnavailable
 
 __all__ = ["FAULTS", "GENERIC", "Fault", "fault_of", "is_busy", "translate"]
 
@@ -35,13 +36,18 @@ class Fault:
     unavailable: bool = False
     """The store cannot serve for now: a :class:`StoreUnavailable` whose cause is
     :attr:`message` (then without ``{path}``)."""
+    damaged: bool = False
+    """The file is damaged: a :class:`StoreCorrupt` (restore it from a backup)."""
 
 
 _BUSY = (
     "busy: another process held its write lock longer than the busy timeout; nothing was "
     "written ({detail})"
 )
-_UNREADABLE = "store {path} is not a readable Keel SQLite store ({detail})"
+_UNREADABLE = (
+    "store {path} is not a readable Keel SQLite store: its header is damaged or it was "
+    "replaced; restore it from a backup (one made by keel backup) ({detail})"
+)
 _READ_ONLY = "read-only: the file or its folder cannot be written; nothing was written ({detail})"
 
 FAULTS: Final[dict[str, Fault]] = {
@@ -49,11 +55,12 @@ FAULTS: Final[dict[str, Fault]] = {
     for f in (
         Fault("SQLITE_BUSY", _BUSY, busy=True, unavailable=True),
         Fault("SQLITE_LOCKED", _BUSY, busy=True, unavailable=True),
-        Fault("SQLITE_NOTADB", _UNREADABLE),
+        Fault("SQLITE_NOTADB", _UNREADABLE, damaged=True),
         Fault(
             "SQLITE_CORRUPT",
             "store {path} is corrupt: some of its pages are damaged; restore it from a "
-            "backup ({detail})",
+            "backup (one made by keel backup); keel check gives the full report ({detail})",
+            damaged=True,
         ),
         Fault("SQLITE_READONLY", _READ_ONLY, unavailable=True),
         Fault("SQLITE_PERM", _READ_ONLY, unavailable=True),
@@ -104,6 +111,8 @@ def translate(exc: sqlite3.Error, path: Path | str) -> StoreError:
     error: StoreError
     if fault is not None and fault.unavailable:
         error = StoreUnavailable(str(path), fault.message.format(detail=detail))
+    elif fault is not None and fault.damaged:
+        error = StoreCorrupt(str(path), fault.message.format(path=path, detail=detail), detail)
     else:
         template = GENERIC if fault is None else fault.message
         error = StoreError(template.format(path=path, detail=detail))
