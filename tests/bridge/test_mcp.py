@@ -257,6 +257,13 @@ async def test_plain_tools_bound_every_argument_and_name_the_one_out_of_range(
             assert result["isError"] is True, (name, arguments, result)
             text = result["content"][0]["text"]
             assert named in text, (name, arguments, text)
+        for name in ("get_incident", "search_traces", "list_deploys"):
+            # An argument a tool does not take: refused by name (the SDK alone drops it).
+            refused = await post(url, "tools/call", {"name": name, "arguments": {"bogus": 1}})
+            assert refused.error["code"] == -32602, (name, refused.body)
+            assert refused.error["message"].startswith(
+                f"arguments.bogus: tool {name!r} takes no argument 'bogus' (it takes: "
+            ), refused.error
     duration = tools["search_traces"]["inputSchema"]["properties"]["min_duration_ms"]["anyOf"][0]
     assert (duration["minimum"], duration["maximum"]) == (0, MAX_DURATION_MS)
     limit = tools["list_deploys"]["inputSchema"]["properties"]["limit"]

@@ -47,6 +47,7 @@ import anyio
 import anyio.to_thread
 from mcp.server import MCPServer
 
+from keel.mcp.plain_tools import plain_tool_arguments
 from keel.mcp.server import TasksExtension, keel_lifespan
 from keel.mcp.state_key import request_state_security
 from keel.mcp.version import keel_version
@@ -81,7 +82,8 @@ def app_server(
     """An ``MCPServer`` named ``name`` serving ``app``'s tasks through the tasks extension
     (and the 2025-11-25 tasks protocol, :mod:`keel.mcp.v2025`), with ``concurrency``
     workers in its lifespan (none unless ``run_workers``); its ``serverInfo.version`` is
-    Keel's version. Plain tools may be added to it.
+    Keel's version. Plain tools may be added to it; they refuse arguments they do not
+    take (:mod:`keel.mcp.plain_tools`).
 
     ``state_dir`` keeps the key that seals ``requestState`` (see ``keel.mcp.state_key``),
     so a client asked for input before a restart can still answer after it; without one
@@ -97,7 +99,7 @@ def app_server(
     """
     tasks = TasksExtension(app, rate_limit_polls=rate_limit_polls)
     lifespan = keel_lifespan(app, concurrency=concurrency, run_workers=run_workers)
-    return MCPServer(
+    server: MCPServer[Any] = MCPServer(
         name,
         version=keel_version(),
         request_state_security=request_state_security(state_dir),
@@ -105,6 +107,9 @@ def app_server(
         middleware=[tasks.middleware()],  # the 2025-11-25 tasks protocol on the same tasks
         lifespan=_closing(lifespan, app, closed) if close_store else lifespan,
     )
+    # Plain tools added later refuse arguments they do not take (keel.mcp.plain_tools).
+    server.middleware.append(plain_tool_arguments(server, app.tasks))
+    return server
 
 
 def _closing(lifespan: Lifespan, app: Keel, closed: threading.Event | None) -> Lifespan:

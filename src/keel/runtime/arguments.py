@@ -9,6 +9,9 @@ API) checks a task's arguments here, before anything is stored:
   against the schema of its handler's signature (the one its tool publishes);
 * an argument the handler needs (no default) and the call left out is refused.
 
+Plain (non-task) tools of a Keel server refuse an argument they do not take through
+:func:`refuse_unknown` too (``keel.mcp.plain_tools``): the MCP SDK would drop it unseen.
+
 The refusal is :class:`~keel.errors.ArgumentsRejected` naming the field
 (``arguments.incident_id: …``); over MCP it is ``-32602``.
 """
@@ -16,7 +19,7 @@ The refusal is :class:`~keel.errors.ArgumentsRejected` naming the field
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -24,7 +27,7 @@ from keel.errors import ArgumentsRejected, ConfigurationError
 from keel.model import JsonObject, JsonValue
 from keel.model.validation import field_path, validate_arguments
 
-__all__ = ["ArgumentsShape", "handler_parameters"]
+__all__ = ["ArgumentsShape", "handler_parameters", "refuse_unknown"]
 
 
 def handler_parameters(handler: Callable[..., Any]) -> list[inspect.Parameter]:
@@ -82,11 +85,7 @@ class ArgumentsShape:
     def check(self, arguments: Mapping[str, JsonValue]) -> None:
         """Raises ArgumentsRejected naming the first argument that is wrong."""
         if not self.open:
-            for name in arguments:
-                if name not in self.names:
-                    raise ArgumentsRejected(
-                        field_path("arguments", [name]), name, self._unknown(name)
-                    )
+            refuse_unknown(f"task {self.task!r}", self.names, arguments)
         validate_arguments(self.schema, dict(arguments))
         for name in self.needed:
             if name not in arguments:
@@ -94,10 +93,24 @@ class ArgumentsShape:
                     field_path("arguments", [name]), name, f"task {self.task!r} needs this argument"
                 )
 
-    def _unknown(self, name: str) -> str:
-        takes = ", ".join(self.names) or "none"
-        # repr escapes NUL and lone surrogates: the message stays printable and sendable.
-        return f"task {self.task!r} takes no argument {name!r} (it takes: {takes})"
+
+def refuse_unknown(what: str, takes: Collection[str], arguments: Mapping[str, object]) -> None:
+    """Refuse an argument that ``what`` (``task 'triage'``, ``tool 'search_traces'``) does
+    not take: its handler would never see it (a plain tool's SDK drops it silently) or
+    would raise ``TypeError`` on every attempt (a task's).
+
+    Raises:
+        ArgumentsRejected: naming the first such argument and the ones it takes.
+    """
+    for name in arguments:
+        if name not in takes:
+            shown = ", ".join(takes) or "none"
+            # repr escapes NUL and lone surrogates: the message stays printable and sendable.
+            raise ArgumentsRejected(
+                field_path("arguments", [name]),
+                name,
+                f"{what} takes no argument {name!r} (it takes: {shown})",
+            )
 
 
 def signature_schema(task: str, parameters: list[inspect.Parameter]) -> JsonObject:
