@@ -9,6 +9,7 @@ import pytest
 from keel import ArgumentsRejected, InputRejected, InvalidPayload, PayloadTooLarge, UnstorableText
 from keel.model import Limits
 from keel.model.validation import (
+    MAX_DEPTH,
     canonical,
     check_key,
     check_message,
@@ -256,11 +257,32 @@ def test_encode_refuses_a_value_that_holds_itself():
 
 
 def test_encode_refuses_nesting_too_deep_to_encode():
-    """A value nested past the encoder's recursion limit is InvalidPayload, not a crash."""
+    """A value nested past the encoder's recursion limit is InvalidPayload naming where,
+    not a crash; so is one just past MAX_DEPTH, which the encoder could still encode."""
     deep: list[object] = []
     for _ in range(100_000):
         deep = [deep]
-    with pytest.raises(InvalidPayload, match="nested too deeply"):
+    with pytest.raises(InvalidPayload, match=r"^v\[0\]: nests deeper than 64 levels$"):
+        encode(deep, "v", 10 << 20)
+    at_the_bound: object = 1
+    for _ in range(MAX_DEPTH):
+        at_the_bound = {"k": at_the_bound}
+    assert encode(at_the_bound, "v", 10 << 20)
+    with pytest.raises(InvalidPayload, match=r"^v\.k: nests deeper than 64 levels$"):
+        encode({"k": at_the_bound}, "v", 10 << 20)
+
+
+def test_a_wide_value_is_not_too_deep():
+    """Many containers side by side (brackets far over MAX_DEPTH) are not depth."""
+    wide = {"rows": [{"a": [1, 2], "b": {"c": [3]}} for _ in range(1000)]}
+    assert encode(wide, "v", 10 << 20).startswith('{"rows":')
+    # Brackets in text, around escaped quotes and backslashes, are no nesting either.
+    text = {'k\\"[': "[{" * 200 + '\\"' + "[" * 100, "n": [[["\\"]]] * 50}
+    assert encode(text, "v", 10 << 20)
+    deep: object = "\\\"[[["
+    for _ in range(MAX_DEPTH):
+        deep = [deep, {"\\": "]]]}}}"}]
+    with pytest.raises(InvalidPayload, match=r"^v\[0\]: nests deeper than 64 levels$"):
         encode(deep, "v", 10 << 20)
 
 

@@ -31,15 +31,9 @@ from keel.cli.render import (
 )
 from keel.errors import InvalidPayload
 from keel.model import DEFAULT_INPUT_KEY, Event, JsonValue, Reclaimed, Status, Task
-from keel.model.validation import check_answer_keys
+from keel.model.validation import check_answer_keys, check_depth, loads_bounded
 from keel.store import Store
-from keel.store.importer import (
-    ImportReport,
-    check_depth,
-    import_file,
-    loads_bounded,
-    read_teaching_file,
-)
+from keel.store.importer import ImportReport, import_file, read_teaching_file
 
 __all__ = ["tasks"]
 
@@ -53,7 +47,7 @@ def _parse_json(ctx: click.Context, param: click.Parameter, value: str | None) -
     """``--json``: a JSON document on the command line (``-`` reads it from stdin).
 
     A malformed document is a usage error (exit 2) that says where and what is wrong; a
-    document nested deeper than :data:`~keel.store.importer.MAX_DEPTH` is refused with
+    document nested deeper than :data:`~keel.model.validation.MAX_DEPTH` is refused with
     one ``keel: error:`` line (as the store refuses text it cannot keep, naming where).
     """
     if value is None:

@@ -27,15 +27,18 @@ if TYPE_CHECKING:
 # and most commands (`keel tasks list`, `keel --help`) never validate anything.
 
 __all__ = [
+    "MAX_DEPTH",
     "Limits",
     "canonical",
     "check_answer_keys",
+    "check_depth",
     "check_key",
     "check_schema",
     "check_text",
     "describe_schema",
     "encode",
     "field_path",
+    "loads_bounded",
     "normalize",
     "storable",
     "unstorable",
@@ -151,6 +154,96 @@ def _first_unstorable(value: object) -> tuple[list[str | int], str] | None:
     return None
 
 
+# --- how deep ----------------------------------------------------------------------------
+
+MAX_DEPTH = 64
+"""How deep arrays and objects may nest in any JSON Keel stores (arguments, input
+answers, results, errors, step values) and in JSON the CLI is given: far beyond any
+real value, and far below the ~1,000 levels where Python's recursive JSON decoder and
+encoder give up (fewer still deep inside a call stack). The same on every store."""
+
+
+def _too_deep(value: object, max_depth: int) -> list[str | int] | None:
+    """The path to the first array or object nested ``max_depth`` deep in ``value`` (the
+    value itself is depth 0), or None. Walks only containers, without recursion, so a
+    value of any depth (or one that holds itself) is answered."""
+    stack: list[tuple[object, list[str | int]]] = [(value, [])]
+    while stack:
+        item, path = stack.pop()
+        if len(path) >= max_depth:
+            return path
+        if isinstance(item, Mapping):
+            stack.extend(
+                (child, [*path, key])
+                for key, child in item.items()
+                if isinstance(child, Mapping | list | tuple)
+            )
+        elif isinstance(item, list | tuple):
+            stack.extend(
+                (child, [*path, i])
+                for i, child in enumerate(item)
+                if isinstance(child, Mapping | list | tuple)
+            )
+    return None
+
+
+def check_depth(value: object, what: str, max_depth: int = MAX_DEPTH) -> None:
+    """Refuse JSON whose arrays and objects nest deeper than ``max_depth`` (see
+    :data:`MAX_DEPTH`); :func:`encode` does it for every value a store keeps.
+
+    Raises:
+        InvalidPayload: naming ``what``.
+    """
+    if isinstance(value, Mapping | list | tuple) and _too_deep(value, max_depth) is not None:
+        raise InvalidPayload(f"{what} nests deeper than {max_depth} levels")
+
+
+def loads_bounded(text: str, what: str = "the JSON", **options: Any) -> Any:
+    """``json.loads`` that answers JSON nested too deep for Python's parser as
+    :func:`check_depth` answers JSON nested deeper than :data:`MAX_DEPTH`.
+
+    Raises:
+        json.JSONDecodeError: not JSON.
+        InvalidPayload: nested too deep for the parser (a ``ValueError`` too).
+        ValueError: whatever a hook given in ``options`` raises.
+    """
+    try:
+        return json.loads(text, **options)
+    except RecursionError:
+        # The parser's own answer to depth: one clear line, the same limit as for a value.
+        raise InvalidPayload(f"{what} nests deeper than {MAX_DEPTH} levels") from None
+
+
+_ONLY_BRACKETS = str.maketrans("", "", "".join(chr(c) for c in range(128) if chr(c) not in "[]{}"))
+
+
+def _may_be_deep(text: str) -> bool:
+    """Whether compact JSON ``text`` may nest deeper than :data:`MAX_DEPTH`, from its
+    brackets alone, at C speed (the walk of the value costs as much as encoding it).
+
+    Strings go first (an escaped backslash or quote, then every quoted run), then all but
+    the brackets; each pass then removes the empty ``[]`` and ``{}``, that is at least one
+    level and at most two (a ``{}`` freed by removing ``[]`` goes in the same pass). A
+    text still holding brackets after ``MAX_DEPTH // 2`` passes may be too deep; one
+    emptied sooner is not."""
+    if "\\" in text:
+        text = text.replace("\\\\", "").replace('\\"', "")
+    brackets = "".join(text.split('"')[::2]).translate(_ONLY_BRACKETS)
+    for _ in range(MAX_DEPTH // 2):
+        if not brackets:
+            return False
+        brackets = brackets.replace("[]", "").replace("{}", "")
+    return bool(brackets)
+
+
+def _refuse_deep(value: object, what: str) -> None:
+    """Refuse a value nested deeper than :data:`MAX_DEPTH`, naming the field of ``what``
+    it is in (``arguments.tree: nests deeper than 64 levels``)."""
+    path = _too_deep(value, MAX_DEPTH)
+    if path is not None:
+        raise InvalidPayload(f"{field_path(what, path[:1])}: nests deeper than {MAX_DEPTH} levels")
+
+
 def _check_encoded(value: object, text: str, what: str) -> None:
     # Fast on the encoded text; the value is walked only when it may hold such text.
     if _JSON_NUL in text or (not text.isascii() and _SURROGATE.search(text) is not None):
@@ -166,7 +259,7 @@ def encode(value: JsonValue, what: str, limit: int) -> str:
     Raises:
         InvalidPayload: the value is not JSON (a set, bytes, NaN, an object key that is not
             a string, number, boolean or null; such keys become strings, as in ``json``),
-            or is nested too deeply to encode.
+            or nests deeper than :data:`MAX_DEPTH` (naming the field it is in).
         UnstorableText: a string (or key) in it holds NUL or a lone surrogate; the error
             names where (``what`` then the path: ``arguments.note``).
         PayloadTooLarge: the encoding is longer than ``limit`` bytes.
@@ -181,7 +274,15 @@ def encode(value: JsonValue, what: str, limit: int) -> str:
     except TypeError as exc:
         raise InvalidPayload(f"{what} is not JSON: {exc}") from exc
     except RecursionError:
+        _refuse_deep(value, what)
         raise InvalidPayload(f"{what} is nested too deeply to store") from None
+    # Nesting MAX_DEPTH deep takes that many brackets at least, and it shows in them.
+    if (
+        len(text) > 2 * MAX_DEPTH
+        and text.count("[") + text.count("{") > MAX_DEPTH
+        and _may_be_deep(text)
+    ):
+        _refuse_deep(value, what)
     _check_encoded(value, text, what)
     # Every UTF-8 character is at most 4 bytes: skip the byte count when it cannot matter.
     if len(text) * 4 > limit:

@@ -32,7 +32,7 @@ How teaching fields map onto a Keel task:
 
 Values no store keeps are refused, naming the task and the field (and where in it): a
 lone surrogate or a NUL in any text (the model's check, as for every write), JSON nested
-deeper than :data:`MAX_DEPTH` (:func:`check_depth`, which ``keel tasks answer`` uses too).
+deeper than :data:`~keel.model.validation.MAX_DEPTH` (the bound of every stored value).
 """
 
 from __future__ import annotations
@@ -58,18 +58,22 @@ from keel.model import (
     Status,
     Task,
 )
-from keel.model.validation import check_key, check_schema, describe_schema, normalize
+from keel.model.validation import (
+    check_depth,
+    check_key,
+    check_schema,
+    describe_schema,
+    loads_bounded,
+    normalize,
+)
 from keel.store import Store
 
 __all__ = [
     "FAILED_BEFORE_IMPORT",
     "LATEST_TIME",
-    "MAX_DEPTH",
     "TEACHING_FIELDS",
     "ImportReport",
-    "check_depth",
     "import_file",
-    "loads_bounded",
     "parse_teaching_store",
     "read_teaching_file",
 ]
@@ -101,50 +105,6 @@ _SPACING = 1e-6  # seconds between import times of tasks without timestamps, in 
 
 LATEST_TIME = 253_402_300_800.0  # seconds since the epoch: 10000-01-01T00:00:00Z
 """Times from this on are refused: no calendar the CLI prints (nor PostgreSQL) reaches it."""
-
-MAX_DEPTH = 64
-"""How deep arrays and objects may nest in JSON Keel is given to store: far beyond any
-real answer or result, and far below the ~1,000 levels where Python's recursive JSON
-decoder and encoder give up (fewer still deep inside a call stack)."""
-
-
-# --- how deep ----------------------------------------------------------------------------
-
-
-def check_depth(value: object, what: str, max_depth: int = MAX_DEPTH) -> None:
-    """Refuse JSON whose arrays and objects nest deeper than ``max_depth``; walks the
-    value without recursion, so a value of any depth is answered.
-
-    Text no store keeps (NUL, a lone surrogate) is refused where it is encoded, by
-    :func:`keel.model.validation.encode`, naming the field.
-
-    Raises:
-        InvalidPayload: naming ``what``.
-    """
-    stack: list[tuple[object, int]] = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict | list):
-            if depth >= max_depth:
-                raise InvalidPayload(f"{what} nests deeper than {max_depth} levels")
-            children = item.values() if isinstance(item, dict) else item
-            stack.extend((child, depth + 1) for child in children)
-
-
-def loads_bounded(text: str, what: str = "the JSON", **options: Any) -> Any:
-    """``json.loads`` that answers JSON nested too deep for Python's parser as
-    :func:`check_depth` answers JSON nested deeper than :data:`MAX_DEPTH`.
-
-    Raises:
-        json.JSONDecodeError: not JSON.
-        InvalidPayload: nested too deep for the parser (a ``ValueError`` too).
-        ValueError: whatever a hook given in ``options`` raises.
-    """
-    try:
-        return json.loads(text, **options)
-    except RecursionError:
-        # The parser's own answer to depth: one clear line, the same limit as for a value.
-        raise InvalidPayload(f"{what} nests deeper than {MAX_DEPTH} levels") from None
 
 
 @dataclass(frozen=True, slots=True)
