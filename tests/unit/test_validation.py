@@ -279,7 +279,7 @@ def test_a_wide_value_is_not_too_deep():
     # Brackets in text, around escaped quotes and backslashes, are no nesting either.
     text = {'k\\"[': "[{" * 200 + '\\"' + "[" * 100, "n": [[["\\"]]] * 50}
     assert encode(text, "v", 10 << 20)
-    deep: object = "\\\"[[["
+    deep: object = '\\"[[['
     for _ in range(MAX_DEPTH):
         deep = [deep, {"\\": "]]]}}}"}]
     with pytest.raises(InvalidPayload, match=r"^v\[0\]: nests deeper than 64 levels$"):
