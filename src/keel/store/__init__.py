@@ -13,6 +13,7 @@ its SQL in a package's ``.sql`` file, like the Bridge's trace index.
 import typing
 
 from keel.store.base import TxStore
+from keel.store.changes import Change, ChangeFeed
 from keel.store.locations import (
     DEFAULT_LOCATION,
     ENV_VAR,
@@ -34,6 +35,8 @@ if typing.TYPE_CHECKING:
 __all__ = [
     "DEFAULT_LOCATION",
     "ENV_VAR",
+    "Change",
+    "ChangeFeed",
     "Clock",
     "Location",
     "MemoryStore",

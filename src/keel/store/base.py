@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Generic, Protocol, TypeGuard, TypeVar
@@ -20,6 +20,7 @@ from keel.errors import IdempotencyConflict, ImportFailed, InvalidPayload, TaskN
 from keel.model import Event, InputRequest, JsonObject, JsonValue, Limits, Reclaimed, Status, Task
 from keel.model import transitions as tr
 from keel.model.validation import check_key, check_seconds, normalize, storable
+from keel.store.changes import Change, ChangeHub
 from keel.store.protocol import Clock
 
 __all__ = [
@@ -263,6 +264,16 @@ class TxStore:
         self._clock: Clock = clock or time.time
         self.limits = limits or Limits()
         self._claims_full: set[tuple[str, ...]] = set()  # task names whose last claim filled up
+        self.change_hub = ChangeHub(self._start_changes)
+        """This store's change feed (see :mod:`keel.store.changes`)."""
+
+    def _start_changes(self) -> int | None:
+        """Start the source of the change feed (on its first listener); its position."""
+        return None
+
+    def changes(self, *, after: int | None = None) -> AsyncIterator[Change]:
+        """Committed task changes from now on (see :mod:`keel.store.changes`)."""
+        return self.change_hub.changes(after=after)
 
     def _now(self) -> float:
         return self._clock()

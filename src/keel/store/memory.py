@@ -40,6 +40,8 @@ class _MemoryTx:
     def __init__(self, data: _Data) -> None:
         self._d = data
         self.undo: list[Callable[[], None]] = []
+        self.changed: set[str] = set()
+        """Tasks this transaction inserted or updated (for the change feed)."""
 
     def load(self, task_id: str) -> Task | None:
         row = self._d.rows.get(task_id)
@@ -54,6 +56,7 @@ class _MemoryTx:
         if task.task_id in d.rows:  # pragma: no cover - ids are 128 random bits
             raise StoreError(f"task id {task.task_id} already exists")
         d.seq += 1
+        self.changed.add(task.task_id)
         d.rows[task.task_id] = {**task_to_row(task), "rowid": d.seq}
         d.events[task.task_id] = []
         d.steps[task.task_id] = {}
@@ -78,6 +81,7 @@ class _MemoryTx:
             raise StoreError(f"task {old.task_id} changed under a write")  # pragma: no cover
         before = dict(row)
         row.update(task_to_row(new, mutable_only=True))
+        self.changed.add(new.task_id)
         if new.status.terminal:
             self._d.live.discard(new.task_id)
 
@@ -207,8 +211,10 @@ class MemoryStore(TxStore):
                 raise StoreError("store memory:// is closed")
             tx = _MemoryTx(self._data)
             try:
-                return op.run(tx)
+                out = op.run(tx)
             except BaseException:
                 for undo in reversed(tx.undo):
                     undo()
                 raise
+            self.change_hub.publish(tx.changed)  # committed: in the lock, in commit order
+            return out

@@ -18,10 +18,11 @@ snapshot.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 from keel.model import Event, InputRequest, JsonObject, JsonValue, Reclaimed, Status, Task
+from keel.store.changes import Change
 
 __all__ = ["Clock", "Store", "WakeUps"]
 
@@ -304,6 +305,19 @@ class Store(Protocol):
         Raises:
             ImportFailed: a task id or idempotency key is already taken.
             InvalidPayload: a task that the store could not hold.
+        """
+        ...
+
+    def changes(self, *, after: int | None = None) -> AsyncIterator[Change]:
+        """Committed task changes, from any process, as they happen.
+
+        ``async for change in store.changes(): ...``: the first item comes at once with
+        ``task_ids=None`` (read the current state of what you watch now), unless
+        ``after`` is a position the feed can still replay; each later item names the
+        tasks changed by committed writes since the previous one (coalesced), with a
+        growing ``position``; ``task_ids=None`` again means "you may have missed
+        something: re-read". Leaving the loop ends the subscription. See
+        :mod:`keel.store.changes` for how each adapter delivers it.
         """
         ...
 

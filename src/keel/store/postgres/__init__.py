@@ -69,7 +69,7 @@ from keel.store.postgres.faults import (
     store_error,
     unavailable,
 )
-from keel.store.postgres.notify import Listener, channels, payloads
+from keel.store.postgres.notify import Listener, change_channel, channels, payloads
 from keel.store.postgres.schema import SCHEMA_VERSION, migrate_store
 from keel.store.postgres.tx import GroupState, PgTx, Q, cursor
 from keel.store.protocol import Clock
@@ -462,11 +462,16 @@ class PostgresStore(TxStore):
 
     def _notify(self, state: GroupState) -> None:
         """After COMMIT, outside the transaction: one coalesced NOTIFY per channel."""
-        if self._listener is None or not (state.ready_names or state.cancelled):
+        if self._listener is None:
+            self.change_hub.publish(state.changed)  # notify=off: this process's writes only
+            return
+        if not (state.ready_names or state.cancelled or state.changed):
             return
         ready, cancel = channels(self.options.channel_tag)
         messages = [(ready, p) for p in payloads(state.ready_names)] if state.ready_names else []
         messages += [(cancel, p) for p in payloads(state.cancelled)] if state.cancelled else []
+        change = change_channel(self.options.channel_tag)
+        messages += [(change, p) for p in payloads(state.changed)] if state.changed else []
         try:
             with self._pool.connection() as conn, conn.pipeline():
                 for channel, payload in messages:
@@ -492,6 +497,12 @@ class PostgresStore(TxStore):
         if self._listener is None:
             return lambda: None
         return self._listener.subscribe(names, on_ready, on_cancel)
+
+    def _start_changes(self) -> int | None:
+        """The change feed: task ids NOTIFYed after COMMIT by every process."""
+        if self._listener is not None:
+            self._listener.feed(self.change_hub)
+        return None
 
     @property
     def listening(self) -> bool:

@@ -6,7 +6,14 @@ commits and outside it, by one coalesced ``pg_notify`` per channel: the names of
 tasks that became ready, the ids of the tasks that were cancelled. A worker that
 subscribed is poked at once instead of at its next poll.
 
-Notifications are an optimisation only. One that is lost (no listener connected at that
+The same way, every write sends the ids of the tasks it changed on a third channel,
+which feeds the store's change feed (:mod:`keel.store.changes`): NOTIFY is delivered
+only after COMMIT, and the store sends it only after COMMIT returned, so a listener
+never hears of a change that rolled back. When the LISTEN connection comes back after
+a break, the feed's listeners are told to re-read everything (they may have missed a
+change meanwhile).
+
+Wake-ups are an optimisation only. One that is lost (no listener connected at that
 moment, a connection that broke, a payload too large) delays the work until the next
 poll; nothing depends on it. After its connection comes back, a listener pokes every
 subscriber, since it may have missed something meanwhile.
@@ -25,9 +32,10 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
+from keel.store.changes import ChangeHub
 from keel.store.postgres.faults import backoff
 
-__all__ = ["Listener", "payloads"]
+__all__ = ["Listener", "change_channel", "payloads"]
 
 log = logging.getLogger("keel.store.postgres")
 
@@ -39,6 +47,11 @@ RECONNECT_CAP = 1.0  # seconds at most between two attempts to reconnect the lis
 def channels(tag: str) -> tuple[str, str]:
     """The (ready, cancel) channel names of one store."""
     return f"keel_ready_{tag}", f"keel_cancel_{tag}"
+
+
+def change_channel(tag: str) -> str:
+    """The channel on which one store's writes name the tasks they changed."""
+    return f"keel_change_{tag}"
 
 
 def payloads(values: Collection[str]) -> list[str]:
@@ -87,6 +100,8 @@ class Listener:
     def __init__(self, conninfo: str, tag: str, *, retry_cap: float) -> None:
         self._conninfo = conninfo
         self._ready, self._cancel = channels(tag)
+        self._change = change_channel(tag)
+        self._hub: ChangeHub | None = None
         # At most a second between attempts: back within a second of the server.
         self._retry_cap = min(max(retry_cap, 0.1), RECONNECT_CAP)
         self._subscribers: list[_Subscriber] = []
@@ -110,12 +125,7 @@ class Listener:
         subscriber = _Subscriber(asyncio.get_running_loop(), frozenset(names), on_ready, on_cancel)
         with self._lock:
             self._subscribers.append(subscriber)
-            if self._thread is None or not self._thread.is_alive():
-                self._stop.clear()
-                self._thread = threading.Thread(
-                    target=self._run, name="keel-pg-listen", daemon=True
-                )
-                self._thread.start()
+            self._ensure_thread()
 
         def unsubscribe() -> None:
             with self._lock:
@@ -123,6 +133,19 @@ class Listener:
                     self._subscribers.remove(subscriber)
 
         return unsubscribe
+
+    def feed(self, hub: ChangeHub) -> None:
+        """From now on, publish the change channel's task ids to ``hub``."""
+        with self._lock:
+            self._hub = hub
+            self._ensure_thread()
+
+    def _ensure_thread(self) -> None:
+        """Start the LISTEN thread unless it runs (with the lock held)."""
+        if self._thread is None or not self._thread.is_alive():
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._run, name="keel-pg-listen", daemon=True)
+            self._thread.start()
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the thread and close its connection."""
@@ -135,6 +158,14 @@ class Listener:
         with self._lock:
             subscribers = list(self._subscribers)
         values = _decode(payload)
+        if channel == self._change:
+            if self._hub is None:
+                pass
+            elif values is None:
+                self._hub.resync()
+            else:
+                self._hub.publish(values)
+            return
         for s in subscribers:
             if channel == self._ready:
                 if values is None or values & s.names:
@@ -154,9 +185,12 @@ class Listener:
         while not self._stop.is_set():
             try:
                 with psycopg.connect(self._conninfo, autocommit=True) as conn:
-                    for channel in (self._ready, self._cancel):
+                    for channel in (self._ready, self._cancel, self._change):
                         conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
                     self.connected.set()
+                    if self._hub is not None:
+                        # Changes committed before LISTEN took effect are not heard.
+                        self._hub.resync()
                     if failures:
                         self._poke_all()  # something may have happened while we were away
                     failures = 0

@@ -55,6 +55,8 @@ class GroupState:
         """Whether anything reached the database (held-back writes count once sent)."""
         self.ready_names: set[str] = set()
         self.cancelled: set[str] = set()
+        self.changed: set[str] = set()
+        """Tasks written (for the change feed, :mod:`keel.store.changes`)."""
 
     def preload(self, cur: psycopg.Cursor[dict[str, Any]], task_ids: Sequence[str]) -> None:
         ids = [i for i in task_ids if i not in self.cache]
@@ -67,6 +69,7 @@ class GroupState:
 
     def note(self, old: Task | None, new: Task) -> None:
         """Remember what the notifications after COMMIT must say about ``new``."""
+        self.changed.add(new.task_id)
         if new.status is Status.WORKING and new.lease_owner is None and new.name is not None:
             if new.ready_at <= self._now():
                 self.ready_names.add(new.name)

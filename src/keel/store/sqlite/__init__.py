@@ -37,6 +37,7 @@ from keel.model import Limits
 from keel.store.base import Op, TxStore
 from keel.store.group_commit import Lane, run_alone
 from keel.store.protocol import Clock
+from keel.store.sqlite.changes import ChangeLogReader
 from keel.store.sqlite.connection import (
     DEFAULT_BUSY_TIMEOUT,
     SCHEMA_VERSION,
@@ -120,6 +121,7 @@ class SqliteStore(TxStore):
             self._db.close()
             raise self._db.fail(exc) from exc
         self._writer = Writer(self._db, self.planner)
+        self._change_log = ChangeLogReader(self.path, self.change_hub)
         self._lane: Lane | None = None
         """Group commit on the event loop that writes now (one loop at a time)."""
 
@@ -245,6 +247,13 @@ class SqliteStore(TxStore):
             await self._lane.drain()
         self.close_sync()
 
+    def _start_changes(self) -> int | None:
+        try:
+            return self._change_log.start()
+        except sqlite3.Error as exc:
+            raise self._db.fail(exc) from exc
+
     def close_sync(self) -> None:
         """Close the connection. Safe to call twice."""
+        self._change_log.close()
         self._db.close()
