@@ -42,6 +42,7 @@ from typing import Any
 from keel.bridge.core import Bridge
 from keel.bridge.errors import UnknownService
 from keel.bridge.evidence import DEPENDENCY, gather, own_onset
+from keel.bridge.leak import ramps
 from keel.bridge.overlap import attribute, later_onset, pair_of, steps
 from keel.bridge.records import NS_PER_MINUTE, format_time, parse_time
 from keel.bridge.report import (
@@ -465,7 +466,16 @@ def correlate_changes(
                 "explains": explains,
             }
         )
-    return {"window": [format_time(first), format_time(last)], "changes": out}
+    found: Json = {"window": [format_time(first), format_time(last)], "changes": out}
+    if not scores["symptom"]["changed"]:  # nothing stands out: a slow cause, maybe
+        slow = ramps(
+            bridge.index, windows, evidence, out, services=bridge.services(), change_of=_own_change
+        )
+        for change in out:
+            if change["deploy"]["service"] in slow:
+                change["explains"] = {change["deploy"]["service"]: "own"}
+        found["ramps"] = slow
+    return found
 
 
 # --- 6. rank-hypotheses ----------------------------------------------------------------
@@ -546,6 +556,9 @@ def rank_hypotheses(
     symptom = windows["service"]
     cites = Citations()
     incident_cite = cites.incident(incident["id"])
+    if changes.get("ramps"):  # a slow cause: measured from before its change
+        changed = {**scores["symptom"], "changed": True}
+        scores = {**scores, "symptom": changed, "suspects": changes["ramps"]}
     ranked = _hypotheses(scores, changes) if scores["symptom"]["changed"] else []
     # The best explanation of each anomaly first, then other explanations of the same
     # ones: the alternatives a reader sees are other causes, not variations of the top.
