@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -166,7 +167,29 @@ def serve_access(host: str, port: int, options: dict[str, Any]) -> ServeAccess:
 
 
 def _auth(spec: str, host: str, port: int, values: dict[str, Any]) -> ServerAuth | None:
-    """The authentication ``--auth`` names (None for ``none``)."""
+    """The authentication ``--auth`` names (None for ``none``).
+
+    Raises:
+        click.BadParameter: none of its forms.
+        KeelError: the token file cannot be used.
+    """
     if spec == "none":
         return None
-    raise click.BadParameter(f"must be none, tokens:FILE or jwt, not {spec!r}", param_hint="--auth")
+    if spec.startswith("tokens:") and spec != "tokens:":
+        return _token_auth(spec.removeprefix("tokens:"), host, port)
+    raise click.BadParameter(
+        f"must be none, tokens:FILE or jwt, not {spec[:200]!r}", param_hint="--auth"
+    )
+
+
+def _token_auth(name: str, host: str, port: int) -> ServerAuth:
+    """Bearer tokens of the token file ``name`` (:mod:`keel.mcp.tokens`)."""
+    from keel.errors import ConfigurationError
+    from keel.mcp.access import own_url
+    from keel.mcp.tokens import token_auth
+    from keel.store.locations import file_name_problem
+
+    problem = file_name_problem(name)
+    if problem:
+        raise ConfigurationError(f"--auth tokens:FILE: the file name {problem}")
+    return token_auth(Path(name), own_url(host, port))

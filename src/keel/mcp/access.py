@@ -48,6 +48,7 @@ __all__ = [
     "ServerAuth",
     "bind_problem",
     "is_loopback",
+    "own_url",
 ]
 
 MAX_SESSIONS = 1_000
@@ -109,6 +110,11 @@ def _host_port(host: str, port: int) -> str:
     except ValueError:
         pass
     return f"{host}:{port}"
+
+
+def own_url(host: str, port: int, path: str = "") -> str:
+    """``http://host:port`` + ``path``: where a server bound to ``host:port`` is."""
+    return f"http://{_host_port(host, port)}{path}"
 
 
 def _with_ports(host: str) -> list[str]:
