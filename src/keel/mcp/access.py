@@ -25,6 +25,7 @@ limits on old-protocol sessions, and the bearer authentication the server is bui
 from __future__ import annotations
 
 import ipaddress
+import json
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -35,9 +36,11 @@ from mcp.server.auth.provider import TokenVerifier
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from starlette.requests import Request
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from keel.errors import ConfigurationError
+from keel.mcp.wire import SESSIONS_FULL
 
 __all__ = [
     "LOOPBACK_HOSTS",
@@ -46,6 +49,7 @@ __all__ = [
     "HostOriginGuard",
     "HttpAccess",
     "ServerAuth",
+    "SessionsFull",
     "bind_problem",
     "is_loopback",
     "own_url",
@@ -54,6 +58,7 @@ __all__ = [
 MAX_SESSIONS = 1_000
 """Old-protocol sessions open at once, by default (the SDK's own default is 10,000: a
 flood of ``initialize`` calls took a server to 462 MB before it)."""
+SESSIONS_FULL_RETRY = 5.0  # seconds a client refused a session is told to wait
 SESSION_IDLE_TIMEOUT = 300.0  # seconds an old-protocol session may sit idle (SDK: 1,800)
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 """Host names every server answers to, with any port: a client on the same machine."""
@@ -200,7 +205,7 @@ class HttpAccess:
             session_idle_timeout=self.session_idle_timeout,
             **options,
         )
-        return HostOriginGuard(app, security)
+        return HostOriginGuard(SessionsFull(app, self), security)
 
     def describe(self) -> list[str]:
         """Lines for ``keel serve``'s startup message."""
@@ -265,3 +270,66 @@ class HostOriginGuard:
                 await refused(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+class SessionsFull:
+    """ASGI middleware: the SDK's refusal of a new old-protocol session at the session
+    limit (HTTP 503, JSON-RPC ``-32603 "Too many open sessions"``) told as what it is:
+    :data:`~keel.mcp.wire.SESSIONS_FULL`, naming the limit and what to do, with
+    ``data.retryAfterMs`` and a ``Retry-After`` header. Any other answer passes as is.
+
+    The SDK has no seam for that answer; its session manager writes it itself. This
+    watches the responses to requests that would open a session (no
+    ``Mcp-Session-Id``) and replaces that one body, recognised by status and message.
+    """
+
+    SDK_MESSAGE = b"Too many open sessions"
+
+    def __init__(self, app: ASGIApp, access: HttpAccess) -> None:
+        self.app = app
+        self.access = access
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        opens_session = scope["type"] == "http" and not any(
+            name == b"mcp-session-id" for name, _ in scope.get("headers", ())
+        )
+        if not opens_session:
+            await self.app(scope, receive, send)
+            return
+        held: list[Message] = []  # a 503's messages, until its body shows what it is
+
+        async def watch(message: Message) -> None:
+            if message["type"] == "http.response.start" and message["status"] == 503:
+                held.append(message)
+                return
+            if not held:
+                await send(message)
+                return
+            held.append(message)
+            if message["type"] == "http.response.body" and not message.get("more_body"):
+                body = b"".join(m.get("body", b"") for m in held[1:])
+                if self.SDK_MESSAGE in body:
+                    await self._refusal()(scope, receive, send)
+                else:
+                    for kept in held:
+                        await send(kept)
+                held.clear()
+
+        await self.app(scope, receive, watch)
+
+    def _refusal(self) -> Response:
+        idle = self.access.session_idle_timeout
+        message = (
+            f"the server has {self.access.max_sessions} 2025-11-25 sessions open, its limit "
+            "(keel serve --max-sessions): try again when one ends"
+            + (f" or idles out ({idle:g} s)" if idle is not None else "")
+            + ", or use protocol 2026-07-28, which needs no session"
+        )
+        retry_ms = round(SESSIONS_FULL_RETRY * 1000)
+        error = {"code": SESSIONS_FULL, "message": message, "data": {"retryAfterMs": retry_ms}}
+        return Response(
+            json.dumps({"jsonrpc": "2.0", "id": None, "error": error}),
+            status_code=503,
+            media_type="application/json",
+            headers={"Retry-After": str(round(SESSIONS_FULL_RETRY))},
+        )
