@@ -173,10 +173,26 @@ def _auth(spec: str, host: str, port: int, values: dict[str, Any]) -> ServerAuth
         click.BadParameter: none of its forms.
         KeelError: the token file cannot be used.
     """
+    from keel.errors import ConfigurationError
+    from keel.mcp.access import own_url
+
+    jwt_given = sorted(k for k in ("jwt_issuer", "jwt_audience", "jwt_jwks_url") if values.get(k))
+    if jwt_given and spec != "jwt":
+        names = ", ".join("--" + k.replace("_", "-") for k in jwt_given)
+        raise ConfigurationError(f"{names} given, but --auth is {spec[:200]!r}, not jwt")
     if spec == "none":
         return None
     if spec.startswith("tokens:") and spec != "tokens:":
         return _token_auth(spec.removeprefix("tokens:"), host, port)
+    if spec == "jwt":
+        from keel.mcp.jwt_auth import jwt_auth
+
+        return jwt_auth(
+            issuer=values.get("jwt_issuer"),
+            audience=values.get("jwt_audience"),
+            jwks_url=values.get("jwt_jwks_url"),
+            server_url=own_url(host, port, "/mcp"),
+        )
     raise click.BadParameter(
         f"must be none, tokens:FILE or jwt, not {spec[:200]!r}", param_hint="--auth"
     )
