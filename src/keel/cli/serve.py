@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 import click
 from click.core import ParameterSource
 
+from keel.cli.access import ACCESS_KEYS, ACCESS_OPTIONS, access_problem, serve_access
 from keel.cli.common import (
     CliState,
     KeelCliError,
@@ -67,7 +68,7 @@ OWN_KEYS = frozenset(
         "app", "transport", "host", "port", "no_worker", "concurrency", "data_dir", "store",
         "rate_limit_polls", "verbose", "store_timeout",
     }
-)  # fmt: skip
+) | ACCESS_KEYS  # fmt: skip
 """The ``[serve]`` keys of keel serve's own settings (each app's options add theirs)."""
 
 
@@ -244,7 +245,7 @@ def _type_problem(key: str, value: object) -> str | None:
         return f"must be true or false, not {value!r}"
     if key == "store_timeout" and (isinstance(value, bool) or not isinstance(value, int | float)):
         return f"must be a number of seconds, not {value!r}"
-    return None
+    return access_problem(key, value)
 
 
 def _store_location(ctx: click.Context, data_dir: Path) -> Location:
@@ -312,6 +313,7 @@ _OWN_OPTIONS = [
         envvar="KEEL_RATE_LIMIT_POLLS",
         help="Refuse tasks/get polls faster than half the task's pollIntervalMs.",
     ),
+    *ACCESS_OPTIONS,
     click.option("-v", "--verbose", is_flag=True, help="Log requests and worker activity."),
     click.option(
         "--check",
@@ -364,12 +366,14 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
     location = _store_location(ctx, data_dir)
     if location.kind == "memory" and no_worker:
         raise KeelCliError("--no-worker with memory:// could never run a task")
+    access = serve_access(host, port, app_options) if transport == "http" else None
     settings = ServeSettings(
         store=location.url,
         data_dir=data_dir,
         run_workers=not no_worker,
         concurrency=concurrency,
         rate_limit_polls=rate_limit_polls,
+        auth=None if access is None else access.auth,
     )
     served = _build(ctx, app_spec, settings, app_options)
     if served.app.location is not None:  # the app opens it: with the timeout
@@ -387,6 +391,7 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
         *served.lines,
         f"  workers: {'none (front end only)' if no_worker else concurrency}",
         f"  polls:   {'rate-limited' if rate_limit_polls else 'not rate-limited'}",
+        *(access.lines if access else []),
         *([f"  config:  {config}"] if config else []),
         f"  prepared in {time.monotonic() - started:.2f} s",
     ]:
@@ -396,7 +401,14 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
     if transport == "stdio":
         run_stdio(served.server, settings.closed)  # SIGTERM: tasks given back, store closed
         return
-    run_http(served.server, host=host, port=port, streamable_http_path="/mcp", json_response=True)
+    run_http(
+        served.server,
+        host=host,
+        port=port,
+        access=None if access is None else access.http,
+        streamable_http_path="/mcp",
+        json_response=True,
+    )
 
 
 def _build(

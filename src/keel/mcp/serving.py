@@ -47,6 +47,7 @@ import anyio
 import anyio.to_thread
 from mcp.server import MCPServer
 
+from keel.mcp.access import HttpAccess, ServerAuth
 from keel.mcp.plain_tools import plain_tool_arguments
 from keel.mcp.server import TasksExtension, keel_lifespan
 from keel.mcp.state_key import request_state_security
@@ -78,6 +79,7 @@ def app_server(
     state_dir: Path | None = None,
     close_store: bool = False,
     closed: threading.Event | None = None,
+    auth: ServerAuth | None = None,
 ) -> MCPServer[Any]:
     """An ``MCPServer`` named ``name`` serving ``app``'s tasks through the tasks extension
     (and the 2025-11-25 tasks protocol, :mod:`keel.mcp.v2025`), with ``concurrency``
@@ -94,6 +96,9 @@ def app_server(
     SQLite store folds its WAL into the file). Off for servers that tests connect to
     several times. ``closed``, if given, is set once the store is closed.
 
+    ``auth``: bearer tokens required on every HTTP request (:mod:`keel.mcp.access`); the
+    token's principal owns the tasks it creates.
+
     Raises:
         ConfigurationError: the request-state key cannot be read or is too short.
     """
@@ -106,6 +111,8 @@ def app_server(
         extensions=[tasks],
         middleware=[tasks.middleware()],  # the 2025-11-25 tasks protocol on the same tasks
         lifespan=_closing(lifespan, app, closed) if close_store else lifespan,
+        auth=None if auth is None else auth.settings,
+        token_verifier=None if auth is None else auth.verifier,
     )
     # Plain tools added later refuse arguments they do not take (keel.mcp.plain_tools).
     server.middleware.append(plain_tool_arguments(server, app.tasks))
@@ -130,12 +137,20 @@ def _closing(lifespan: Lifespan, app: Keel, closed: threading.Event | None) -> L
     return closing
 
 
-def run_http(server: MCPServer[Any], *, host: str, port: int, **options: Any) -> None:
+def run_http(
+    server: MCPServer[Any],
+    *,
+    host: str,
+    port: int,
+    access: HttpAccess | None = None,
+    **options: Any,
+) -> None:
     """Serve ``server`` over streamable HTTP until SIGTERM / SIGINT, then exit 0 within
     10 s: requests still open :data:`REQUEST_GRACE` seconds after the signal (a plain
     client's ``tools/call`` waiting for a long task) are cut, then the lifespan ends (the
     workers give their tasks back, the store is closed). ``options`` go to the SDK's
-    ``streamable_http_app``.
+    ``streamable_http_app``; ``access`` (default: :meth:`HttpAccess.for_bind`) sets the
+    Host / Origin allow-lists and the session limits (:mod:`keel.mcp.access`).
 
     The SDK's ``run("streamable-http")`` builds its own uvicorn config, without a bound
     on the graceful shutdown: an open request kept the process from ever exiting. Its
@@ -143,7 +158,8 @@ def run_http(server: MCPServer[Any], *, host: str, port: int, **options: Any) ->
     """
     import uvicorn  # the SDK's own HTTP server, imported as it does: only when serving
 
-    app = server.streamable_http_app(host=host, **options)
+    access = access or HttpAccess.for_bind(host, port)
+    app = access.app(server, host=host, **options)
     config = uvicorn.Config(
         app,
         host=host,
@@ -215,6 +231,7 @@ class ServeSettings:
     rate_limit_polls: bool = False
     closed: threading.Event = field(default_factory=threading.Event, compare=False)
     """Set once the server's lifespan has closed the store (see :func:`run_stdio`)."""
+    auth: ServerAuth | None = None  # keel serve --auth (HTTP only)
 
     def server_for(self, app: Keel, name: str) -> MCPServer[Any]:
         """:func:`app_server` of ``app`` with these settings.
@@ -231,6 +248,7 @@ class ServeSettings:
             state_dir=self.data_dir,
             close_store=True,  # keel serve: the process ends with the server
             closed=self.closed,
+            auth=self.auth,
         )
 
 
