@@ -98,13 +98,16 @@ def app_server(
         ConfigurationError: the request-state key cannot be read or is too short.
     """
     tasks = TasksExtension(app, rate_limit_polls=rate_limit_polls)
-    lifespan = keel_lifespan(app, concurrency=concurrency, run_workers=run_workers)
+    push = tasks.push()  # notifications/tasks on subscriptions/listen (keel.mcp.push)
+    lifespan = push.lifespan(keel_lifespan(app, concurrency=concurrency, run_workers=run_workers))
     server: MCPServer[Any] = MCPServer(
         name,
         version=keel_version(),
         request_state_security=request_state_security(state_dir),
         extensions=[tasks],
-        middleware=[tasks.middleware()],  # the 2025-11-25 tasks protocol on the same tasks
+        # The 2025-11-25 tasks protocol on the same tasks, then task push notifications.
+        middleware=[tasks.middleware(), push],
+        subscriptions=push.bus,
         lifespan=_closing(lifespan, app, closed) if close_store else lifespan,
     )
     # Plain tools added later refuse arguments they do not take (keel.mcp.plain_tools).
