@@ -553,6 +553,13 @@ ALL: tuple[Requirement, ...] = (
         "notification of a task it does not listen to.",
         "B4 notifications [C26 SubscriptionFilter]",
     ),
+    Requirement(
+        "B4.27",
+        "SHOULD",
+        "A graceful server stop (SIGTERM) ends each open listen stream with the listen's "
+        "result, stamped with the subscription id, as its last frame.",
+        "B4 notifications [C26 SEP-2575 graceful closure]",
+    ),
     # --- B5. input_required ------------------------------------------------------------
     Requirement(
         "B5.1",
@@ -768,6 +775,14 @@ ALL: tuple[Requirement, ...] = (
         "MUST",
         "Several server processes on one store answer for each other's tasks.",
         "[I4] item 6",
+    ),
+    Requirement(
+        "K8",
+        "MUST",
+        "A change committed by a worker in another process (SQLite file, PostgreSQL) reaches "
+        "a front end's listen stream; a worker SIGKILLed mid-task and the task finished by "
+        "another still delivers the terminal state to the listener.",
+        "issue 16 item 3",
     ),
 )
 

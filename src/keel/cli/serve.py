@@ -396,7 +396,14 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
     if transport == "stdio":
         run_stdio(served.server, settings.closed)  # SIGTERM: tasks given back, store closed
         return
-    run_http(served.server, host=host, port=port, streamable_http_path="/mcp", json_response=True)
+    run_http(
+        served.server,
+        host=host,
+        port=port,
+        on_stop=settings.stopping,  # listen streams end gracefully (keel.mcp.push)
+        streamable_http_path="/mcp",
+        json_response=True,
+    )
 
 
 def _build(
