@@ -406,6 +406,7 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
         host=host,
         port=port,
         access=None if access is None else access.http,
+        on_stop=settings.stopping,  # listen streams end gracefully (keel.mcp.push)
         streamable_http_path="/mcp",
         json_response=True,
     )

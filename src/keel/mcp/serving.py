@@ -37,7 +37,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,6 +80,7 @@ def app_server(
     close_store: bool = False,
     closed: threading.Event | None = None,
     auth: ServerAuth | None = None,
+    stopping: list[Callable[[], None]] | None = None,
 ) -> MCPServer[Any]:
     """An ``MCPServer`` named ``name`` serving ``app``'s tasks through the tasks extension
     (and the 2025-11-25 tasks protocol, :mod:`keel.mcp.v2025`), with ``concurrency``
@@ -98,18 +99,26 @@ def app_server(
 
     ``auth``: bearer tokens required on every HTTP request (:mod:`keel.mcp.access`); the
     token's principal owns the tasks it creates.
+    ``stopping``, if given, gets what must run when a signal stops the server, before
+    open requests get their grace: ending the listen streams gracefully
+    (:meth:`keel.mcp.push.TaskPush.close`); :func:`run_http` takes it as ``on_stop``.
 
     Raises:
         ConfigurationError: the request-state key cannot be read or is too short.
     """
     tasks = TasksExtension(app, rate_limit_polls=rate_limit_polls)
-    lifespan = keel_lifespan(app, concurrency=concurrency, run_workers=run_workers)
+    push = tasks.push()  # notifications/tasks on subscriptions/listen (keel.mcp.push)
+    if stopping is not None:
+        stopping.append(push.close)
+    lifespan = push.lifespan(keel_lifespan(app, concurrency=concurrency, run_workers=run_workers))
     server: MCPServer[Any] = MCPServer(
         name,
         version=keel_version(),
         request_state_security=request_state_security(state_dir),
         extensions=[tasks],
-        middleware=[tasks.middleware()],  # the 2025-11-25 tasks protocol on the same tasks
+        # The 2025-11-25 tasks protocol on the same tasks, then task push notifications.
+        middleware=[tasks.middleware(), push],
+        subscriptions=push.bus,
         lifespan=_closing(lifespan, app, closed) if close_store else lifespan,
         auth=None if auth is None else auth.settings,
         token_verifier=None if auth is None else auth.verifier,
@@ -143,14 +152,17 @@ def run_http(
     host: str,
     port: int,
     access: HttpAccess | None = None,
+    on_stop: Iterable[Callable[[], None]] = (),
     **options: Any,
 ) -> None:
     """Serve ``server`` over streamable HTTP until SIGTERM / SIGINT, then exit 0 within
     10 s: requests still open :data:`REQUEST_GRACE` seconds after the signal (a plain
     client's ``tools/call`` waiting for a long task) are cut, then the lifespan ends (the
-    workers give their tasks back, the store is closed). ``options`` go to the SDK's
-    ``streamable_http_app``; ``access`` (default: :meth:`HttpAccess.for_bind`) sets the
-    Host / Origin allow-lists and the session limits (:mod:`keel.mcp.access`).
+    workers give their tasks back, the store is closed). ``on_stop`` runs first, as the
+    stop begins (listen streams end gracefully, not cut by the grace's end). ``options``
+    go to the SDK's ``streamable_http_app``; ``access`` (default:
+    :meth:`HttpAccess.for_bind`) sets the Host / Origin allow-lists and the session
+    limits (:mod:`keel.mcp.access`).
 
     The SDK's ``run("streamable-http")`` builds its own uvicorn config, without a bound
     on the graceful shutdown: an open request kept the process from ever exiting. Its
@@ -167,8 +179,18 @@ def run_http(
         log_level=server.settings.log_level.lower(),
         timeout_graceful_shutdown=REQUEST_GRACE,
     )
+    hooks = list(on_stop)
+
+    class Stopping(uvicorn.Server):
+        # uvicorn waits for open responses before the lifespan ends: a listen stream
+        # would hold the stop for the whole grace, then be cut. ``shutdown`` is public.
+        async def shutdown(self, sockets: Any = None) -> None:
+            for hook in hooks:
+                hook()
+            await super().shutdown(sockets)
+
     _exit_zero_on_signals()
-    anyio.run(uvicorn.Server(config).serve)
+    anyio.run(Stopping(config).serve)
 
 
 def _exit_zero_on_signals() -> None:
@@ -232,6 +254,8 @@ class ServeSettings:
     closed: threading.Event = field(default_factory=threading.Event, compare=False)
     """Set once the server's lifespan has closed the store (see :func:`run_stdio`)."""
     auth: ServerAuth | None = None  # keel serve --auth (HTTP only)
+    stopping: list[Callable[[], None]] = field(default_factory=list, compare=False)
+    """What :func:`run_http` runs as a signal stops the server (``on_stop``)."""
 
     def server_for(self, app: Keel, name: str) -> MCPServer[Any]:
         """:func:`app_server` of ``app`` with these settings.
@@ -249,6 +273,7 @@ class ServeSettings:
             close_store=True,  # keel serve: the process ends with the server
             closed=self.closed,
             auth=self.auth,
+            stopping=self.stopping,
         )
 
 
