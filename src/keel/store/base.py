@@ -20,6 +20,7 @@ from keel.errors import IdempotencyConflict, ImportFailed, InvalidPayload, TaskN
 from keel.model import Event, InputRequest, JsonObject, JsonValue, Limits, Reclaimed, Status, Task
 from keel.model import transitions as tr
 from keel.model.validation import check_key, check_seconds, normalize, storable
+from keel.store.browse import Position, TaskFilter, TaskPage, check_limit, decode_cursor, page_of
 from keel.store.changes import Change, ChangeHub
 from keel.store.protocol import Clock
 
@@ -84,6 +85,10 @@ class Tx(Protocol):
     def page(
         self, status: Status | None, owner: str | None, limit: int, after: str | None
     ) -> list[Task]: ...
+    def browse(self, where: TaskFilter, mark: Position | None, limit: int) -> list[Task]:
+        """Up to ``limit`` tasks matching ``where``, older than ``mark``, newest first."""
+        ...
+
     def status_of(self, task_ids: Sequence[str]) -> dict[str, tuple[Status, int]]: ...
     def counts(self) -> dict[Status, int]:
         """How many tasks are in each status (statuses with none left out)."""
@@ -306,6 +311,14 @@ class TxStore:
         return await self._run(
             Op(lambda tx: tx.page(status, owner, max(0, limit), after)), write=False
         )
+
+    async def browse(
+        self, where: TaskFilter | None = None, *, limit: int = 50, cursor: str | None = None
+    ) -> TaskPage:
+        checked = (where or TaskFilter()).checked()
+        mark, limit = decode_cursor(cursor), check_limit(limit)
+        found = await self._run(Op(lambda tx: tx.browse(checked, mark, limit + 1)), write=False)
+        return page_of(found, limit)
 
     async def statuses(self, task_ids: Collection[str]) -> Mapping[str, tuple[Status, int]]:
         ids = [task_id for task_id in dict.fromkeys(task_ids) if _known(task_id)]
