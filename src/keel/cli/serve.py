@@ -381,12 +381,14 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
     if transport == "http" and port == 0:  # the system picks; uvicorn's line names it
         endpoint = f"http://{host}:<a free port, in the 'running on' line below>/mcp"
     config = ctx.meta.get("keel.config_path")
+    console, mounts = _console(served, host, port) if transport == "http" else (None, {})
     for line in [
         f"keel serve: {served.title} at {endpoint}",
         f"  store:   {location.describe()}; calls wait {store_timeout:g} s at most",
         *served.lines,
         f"  workers: {'none (front end only)' if no_worker else concurrency}",
         f"  polls:   {'rate-limited' if rate_limit_polls else 'not rate-limited'}",
+        *([f"  console: {console}"] if console else []),
         *([f"  config:  {config}"] if config else []),
         f"  prepared in {time.monotonic() - started:.2f} s",
     ]:
@@ -396,7 +398,27 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
     if transport == "stdio":
         run_stdio(served.server, settings.closed)  # SIGTERM: tasks given back, store closed
         return
-    run_http(served.server, host=host, port=port, streamable_http_path="/mcp", json_response=True)
+    run_http(
+        served.server,
+        host=host,
+        port=port,
+        mounts=mounts,
+        streamable_http_path="/mcp",
+        json_response=True,
+    )
+
+
+def _console(served: Served, host: str, port: int) -> tuple[str, dict[str, Any]]:
+    """The operator console mounted beside /mcp on loopback (keel.ops), and how the
+    startup message names it; off loopback it is left out (it has no sign-in yet)."""
+    from keel.cli.ops import is_loopback
+    from keel.ops import MOUNT, ops_app
+
+    if not is_loopback(host):
+        return f"off ({host} is not loopback; the console has no sign-in yet)", {}
+    app = served.app
+    console = ops_app(app.store, on_ready=app.events.ready, on_cancel=app.events.cancelled)
+    return f"http://{host}:{port if port else '<port>'}{MOUNT}/", {MOUNT: console}
 
 
 def _build(

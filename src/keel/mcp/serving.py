@@ -37,7 +37,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +46,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 from mcp.server import MCPServer
+from starlette.types import ASGIApp
 
 from keel.mcp.plain_tools import plain_tool_arguments
 from keel.mcp.server import TasksExtension, keel_lifespan
@@ -130,12 +131,20 @@ def _closing(lifespan: Lifespan, app: Keel, closed: threading.Event | None) -> L
     return closing
 
 
-def run_http(server: MCPServer[Any], *, host: str, port: int, **options: Any) -> None:
+def run_http(
+    server: MCPServer[Any],
+    *,
+    host: str,
+    port: int,
+    mounts: Mapping[str, ASGIApp] | None = None,
+    **options: Any,
+) -> None:
     """Serve ``server`` over streamable HTTP until SIGTERM / SIGINT, then exit 0 within
     10 s: requests still open :data:`REQUEST_GRACE` seconds after the signal (a plain
     client's ``tools/call`` waiting for a long task) are cut, then the lifespan ends (the
     workers give their tasks back, the store is closed). ``options`` go to the SDK's
-    ``streamable_http_app``.
+    ``streamable_http_app``. ``mounts`` are other apps served beside it, by path (the
+    operator console at ``/ops``), outside the MCP endpoint.
 
     The SDK's ``run("streamable-http")`` builds its own uvicorn config, without a bound
     on the graceful shutdown: an open request kept the process from ever exiting. Its
@@ -144,6 +153,8 @@ def run_http(server: MCPServer[Any], *, host: str, port: int, **options: Any) ->
     import uvicorn  # the SDK's own HTTP server, imported as it does: only when serving
 
     app = server.streamable_http_app(host=host, **options)
+    for path, mounted in (mounts or {}).items():
+        app.mount(path, mounted)
     config = uvicorn.Config(
         app,
         host=host,
