@@ -3,7 +3,8 @@ a real ``keel serve`` (its workers run the tasks) on a loopback port.
 
 An operator opens /ops, finds the task waiting for input by its link, answers it through
 the form generated from its schema and sees it complete; then cancels a running task.
-Each page is screenshotted (into ``$KEEL_OPS_SCREENSHOTS`` too when it is set: that is
+A dead-lettered task is retried with Retry and the new task completes. Each page is
+screenshotted (into ``$KEEL_OPS_SCREENSHOTS`` too when it is set: that is
 how ``docs/ops-*.png`` are made).
 """
 
@@ -119,5 +120,38 @@ async def test_an_operator_answers_a_waiting_task_and_cancels_a_running_one(
             cancelled = await store.get(spin.task_id)
             assert cancelled.status is Status.CANCELLED
             assert (await store.history(spin.task_id))[-1].actor == "local operator"
+        finally:
+            await store.close()
+
+
+async def test_an_operator_retries_a_dead_lettered_task(tmp_path: Path, browser: Browser) -> None:
+    """Failed -> Retry -> the new task's page (linked to the old) -> it completes."""
+    db = tmp_path / "keel.db"
+    blocker = tmp_path / "blocker"
+    blocker.write_text("the upstream is down")
+    async with serving("serve", db, tmp_path) as server:
+        store = SqliteStore(db)
+        try:
+            task = await store.create(name="flaky", arguments={"blocker": str(blocker)})
+            dead = await until(store, task.task_id, lambda t: t.status.terminal)
+            assert dead.status is Status.FAILED
+            page = await browser.new_page(viewport={"width": 1280, "height": 800})
+            page.set_default_timeout(STEP)
+            await page.goto(f"{base_of(server)}/ops/?status=failed")
+            await page.get_by_role("link", name=task.task_id).click()
+            await expect(page.locator("#error")).to_contain_text("blocked by blocker")
+            await _shot(page, tmp_path, "task-failed")
+            blocker.unlink()
+            await page.get_by_role("button", name="Retry").click()
+            await expect(page.locator(".notice")).to_contain_text(f"retry of {task.task_id}")
+            new_id = page.url.split("/tasks/")[1].split("?")[0]
+            assert new_id != task.task_id
+            finished = await until(store, new_id, lambda t: t.status.terminal)
+            assert finished.status is Status.COMPLETED
+            await page.reload()
+            await expect(page.locator("#status")).to_have_text("completed")
+            await page.locator("ol.timeline").get_by_role("link", name=task.task_id).click()
+            await expect(page.locator("#status")).to_have_text("failed")
+            await expect(page.locator("ol.timeline")).to_contain_text(f"retried as {new_id}")
         finally:
             await store.close()

@@ -261,3 +261,41 @@ async def test_the_token_cookie_is_strict_and_scoped_to_the_console(
     assert "Path=/ops" in cookie
     second = await client.get("/ops/")
     assert "set-cookie" not in second.headers
+
+
+async def test_retry_makes_a_new_linked_task_of_a_dead_lettered_one(
+    client: httpx.AsyncClient, store: SqliteStore
+) -> None:
+    """Retry on a failed task's page: a new task, both pages linking to each other."""
+    task = await store.create(name="job", arguments={"n": 7})
+    claimed = (await store.claim(["job"], worker="w1", lease_seconds=30))[0]
+    error = {"code": -32000, "message": "upstream refused"}
+    await store.retry(task.task_id, error, fence=claimed.fence, delay_seconds=0)
+    page = await _page(client, f"/ops/tasks/{task.task_id}")
+    assert "upstream refused" in page.all_text
+    done = await _submit(client, page, "Retry")
+    assert done.status_code == 303
+    new_id = done.headers["location"].split("/tasks/")[1].split("?")[0]
+    assert new_id != task.task_id
+    new = await store.get(new_id)
+    assert new.arguments == {"n": 7}
+    assert new.status is Status.WORKING
+    assert (await store.get(task.task_id)).status is Status.FAILED
+    shown = await _page(client, done.headers["location"])
+    assert (f"/ops/tasks/{task.task_id}", task.task_id) in shown.links
+    old = await _page(client, f"/ops/tasks/{task.task_id}")
+    assert (f"/ops/tasks/{new_id}", new_id) in old.links
+    assert (await store.history(new_id))[0].actor == LOCAL_OPERATOR
+
+
+async def test_retry_of_a_task_that_did_not_fail_is_refused(
+    client: httpx.AsyncClient, store: SqliteStore
+) -> None:
+    """No Retry button but a working task; a forged POST is a 409 naming the status."""
+    task = await store.create(name="job")
+    page = await _page(client, f"/ops/tasks/{task.task_id}")
+    assert "Retry" not in [b for f in page.forms for b in f.buttons]
+    form = page.form_with("Cancel")
+    refused = await client.post(f"/ops/tasks/{task.task_id}/retry", data=form.fields)
+    assert refused.status_code == 409
+    assert "only a failed task can be retried" in Page(refused.text).all_text

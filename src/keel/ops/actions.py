@@ -48,6 +48,16 @@ class Actions:
             self.on_ready()
         return task
 
+    async def retry(self, task_id: str) -> Task:
+        """Retry a failed task as a new one (:meth:`~keel.store.Store.rerun`); the new task.
+
+        Raises:
+            TaskNotFound, InvalidTransition (it did not fail).
+        """
+        task = await self.store.rerun(task_id, actor=self.operator)
+        self.on_ready()
+        return task
+
     async def cancel(self, task_id: str, reason: str | None = None) -> Task:
         """Cancel the task, running or waiting.
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup, escape
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
@@ -56,7 +58,17 @@ _ENV = Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
-_ENV.filters.update(when=_when, pretty=_pretty)
+_TASK_ID = re.compile(r"\b[0-9a-f]{12}[A-Za-z0-9_-]{22}(?![A-Za-z0-9_-])")
+
+
+def _link_ids(text: str, base: str) -> Markup:
+    """``text`` escaped, each task id in it a link to that task's page."""
+    escaped = str(escape(text))
+    linked = _TASK_ID.sub(lambda m: f'<a href="{escape(base)}/tasks/{m[0]}">{m[0]}</a>', escaped)
+    return Markup(linked)  # noqa: S704 - the text is escaped; an id is [A-Za-z0-9_-] only
+
+
+_ENV.filters.update(when=_when, pretty=_pretty, link_ids=_link_ids)
 _ENV.globals.update(statuses=[s.value for s in Status])
 
 
@@ -212,6 +224,19 @@ class Console:
             return await self.task(request, error=str(exc), status_code=409)
         return self._back(request, task, "answered")
 
+    async def retry(self, request: Request) -> Response:
+        _, refused = await self._posted(request)
+        if refused is not None:
+            return refused
+        task_id = request.path_params["task_id"]
+        try:
+            task = await self.actions.retry(task_id)
+        except TaskNotFound:
+            return self.render(request, "missing.html", 404, task_id=task_id)
+        except KeelError as exc:  # it did not fail
+            return await self.task(request, error=str(exc), status_code=409)
+        return self._back(request, task, f"retry of {task_id}")
+
     async def cancel(self, request: Request) -> Response:
         fields, refused = await self._posted(request)
         if refused is not None:
@@ -251,6 +276,7 @@ def ops_app(
             Route("/tasks/{task_id}", console.task, methods=["GET"], name="task"),
             Route("/tasks/{task_id}/answer", console.answer, methods=["POST"], name="answer"),
             Route("/tasks/{task_id}/cancel", console.cancel, methods=["POST"], name="cancel"),
+            Route("/tasks/{task_id}/retry", console.retry, methods=["POST"], name="retry"),
         ]
     )
 

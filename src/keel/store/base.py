@@ -23,6 +23,7 @@ from keel.model.validation import check_key, check_seconds, normalize, storable
 from keel.store.browse import Position, TaskFilter, TaskPage, check_limit, decode_cursor, page_of
 from keel.store.changes import Change, ChangeHub
 from keel.store.protocol import Clock
+from keel.store.rerun import rerun_failed
 
 __all__ = [
     "MUTABLE_COLUMNS",
@@ -444,6 +445,15 @@ class TxStore:
             task = _require(tx, task_id, owner)
             change = tr.cancel(task, self._now(), reason=reason, actor=actor, limits=self.limits)
             return _apply(tx, task, change)
+
+        return await self._run(Op(op, _named(task_id)), write=True)
+
+    async def rerun(self, task_id: str, *, actor: str = "operator") -> Task:
+        def op(tx: Tx) -> Task:
+            old = _require(tx, task_id)
+            return rerun_failed(
+                tx, old, new_id=new_task_id(), now=self._now(), actor=actor, limits=self.limits
+            )
 
         return await self._run(Op(op, _named(task_id)), write=True)
 

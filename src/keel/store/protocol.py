@@ -218,6 +218,18 @@ class Store(Protocol):
         """
         ...
 
+    async def rerun(self, task_id: str, *, actor: str = "operator") -> Task:
+        """Retry a failed (or dead-lettered) task as a new task: a new id, the same name,
+        arguments, owner, attempts and TTL, the old task's recorded steps copied; each
+        history names the other (``retry of OLD`` / ``retried as NEW``). The old task
+        stays failed. See :mod:`keel.store.rerun`.
+
+        Raises:
+            TaskNotFound: no such task.
+            InvalidTransition: the task did not fail.
+        """
+        ...
+
     async def claim(
         self, names: Collection[str], *, worker: str, lease_seconds: float, limit: int = 1
     ) -> Sequence[Task]:

@@ -4,11 +4,13 @@
 
 ``approve`` asks a person (its input request has a string enum, an integer and a
 boolean, as an operator's form shows them) and returns the answer; ``spin`` says it is
-spinning and runs until it is cancelled.
+spinning and runs until it is cancelled; ``flaky`` records a step, then fails (its only
+attempt: dead-lettered) while the file ``blocker`` exists, else completes.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -41,3 +43,16 @@ async def spin(ctx: TaskContext) -> None:
     """Run until cancelled."""
     await ctx.status("spinning")
     await anyio.sleep_forever()
+
+
+def _prepare(blocker: str) -> dict[str, Any]:
+    return {"prepared_for": blocker}
+
+
+@app.task("flaky", lease_seconds=30, max_attempts=1)
+async def flaky(ctx: TaskContext, blocker: str) -> dict[str, Any]:
+    """Record step ``prepare``; fail while ``blocker`` exists, else return the step."""
+    prepared = await ctx.step("prepare", _prepare, blocker)
+    if await anyio.Path(blocker).exists():
+        raise RuntimeError(f"blocked by {Path(blocker).name}")
+    return {"prepared": prepared, "attempt": ctx.attempt}
