@@ -24,8 +24,8 @@ from starlette.routing import Mount, Route
 
 from keel.errors import InputRejected, InvalidPayload, KeelError, TaskNotFound
 from keel.model import Status, Task
-from keel.ops import csrf
 from keel.ops.actions import Actions
+from keel.ops.csrf import FIELD, check, remember, token_for
 from keel.ops.forms import fields_of, value_of
 from keel.store import Store
 from keel.store.browse import TaskFilter
@@ -129,17 +129,17 @@ class Console:
     def render(
         self, request: Request, template: str, status_code: int = 200, **context: Any
     ) -> HTMLResponse:
-        token, new = csrf.token_for(request)
+        token, new = token_for(request)
         html = _ENV.get_template(template).render(
             base=request.scope.get("root_path", ""),
-            csrf_field=csrf.FIELD,
+            csrf_field=FIELD,
             csrf_token=token,
             operator=self.actions.operator,
             **context,
         )
         response = HTMLResponse(html, status_code=status_code)
         if new:
-            csrf.remember(response, request, token)
+            remember(response, request, token)
         return response
 
     async def tasks(self, request: Request) -> Response:
@@ -195,7 +195,7 @@ class Console:
     async def _posted(self, request: Request) -> tuple[dict[str, str], Response | None]:
         form = await request.form()
         fields = {k: v for k, v in form.items() if isinstance(v, str)}
-        problem = csrf.check(request, fields.get(csrf.FIELD))
+        problem = check(request, fields.get(FIELD))
         if problem is not None:
             return fields, self.render(request, "refused.html", 403, problem=problem)
         return fields, None
