@@ -26,6 +26,7 @@ LAYERS: dict[str, int] = {
     "keel.mcp": 3,
     "keel.bridge": 4,
     "keel.conformance": 4,
+    "keel.ops": 4,
     "keel.cli": 5,
 }
 """Each package's floor. The root ``keel`` (lazy public exports) and ``keel.__main__``

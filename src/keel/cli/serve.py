@@ -385,6 +385,7 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
     if transport == "http" and port == 0:  # the system picks; uvicorn's line names it
         endpoint = f"http://{host}:<a free port, in the 'running on' line below>/mcp"
     config = ctx.meta.get("keel.config_path")
+    console, mounts = _console(served, host, port) if transport == "http" else (None, {})
     for line in [
         f"keel serve: {served.title} at {endpoint}",
         f"  store:   {location.describe()}; calls wait {store_timeout:g} s at most",
@@ -392,6 +393,7 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
         f"  workers: {'none (front end only)' if no_worker else concurrency}",
         f"  polls:   {'rate-limited' if rate_limit_polls else 'not rate-limited'}",
         *(access.lines if access else []),
+        *([f"  console: {console}"] if console else []),
         *([f"  config:  {config}"] if config else []),
         f"  prepared in {time.monotonic() - started:.2f} s",
     ]:
@@ -407,9 +409,23 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
         port=port,
         access=None if access is None else access.http,
         on_stop=settings.stopping,  # listen streams end gracefully (keel.mcp.push)
+        mounts=mounts,
         streamable_http_path="/mcp",
         json_response=True,
     )
+
+
+def _console(served: Served, host: str, port: int) -> tuple[str, dict[str, Any]]:
+    """The operator console mounted beside /mcp on loopback (keel.ops), and how the
+    startup message names it; off loopback it is left out (it has no sign-in yet)."""
+    from keel.mcp.access import is_loopback
+    from keel.ops import MOUNT, ops_app
+
+    if not is_loopback(host):
+        return f"off ({host} is not loopback; the console has no sign-in yet)", {}
+    app = served.app
+    console = ops_app(app.store, on_ready=app.events.ready, on_cancel=app.events.cancelled)
+    return f"http://{host}:{port if port else '<port>'}{MOUNT}/", {MOUNT: console}
 
 
 def _build(

@@ -37,7 +37,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +46,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 from mcp.server import MCPServer
+from starlette.types import ASGIApp
 
 from keel.mcp.access import HttpAccess, ServerAuth
 from keel.mcp.plain_tools import plain_tool_arguments
@@ -153,6 +154,7 @@ def run_http(
     port: int,
     access: HttpAccess | None = None,
     on_stop: Iterable[Callable[[], None]] = (),
+    mounts: Mapping[str, ASGIApp] | None = None,
     **options: Any,
 ) -> None:
     """Serve ``server`` over streamable HTTP until SIGTERM / SIGINT, then exit 0 within
@@ -163,6 +165,8 @@ def run_http(
     go to the SDK's ``streamable_http_app``; ``access`` (default:
     :meth:`HttpAccess.for_bind`) sets the Host / Origin allow-lists and the session
     limits (:mod:`keel.mcp.access`).
+    ``mounts`` are other apps served beside it, by path (the operator console at
+    ``/ops``), outside the MCP endpoint, behind the same allow-lists.
 
     The SDK's ``run("streamable-http")`` builds its own uvicorn config, without a bound
     on the graceful shutdown: an open request kept the process from ever exiting. Its
@@ -171,7 +175,7 @@ def run_http(
     import uvicorn  # the SDK's own HTTP server, imported as it does: only when serving
 
     access = access or HttpAccess.for_bind(host, port)
-    app = access.app(server, host=host, **options)
+    app = access.app(server, host=host, mounts=mounts, **options)
     config = uvicorn.Config(
         app,
         host=host,

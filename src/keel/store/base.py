@@ -20,8 +20,10 @@ from keel.errors import IdempotencyConflict, ImportFailed, InvalidPayload, TaskN
 from keel.model import Event, InputRequest, JsonObject, JsonValue, Limits, Reclaimed, Status, Task
 from keel.model import transitions as tr
 from keel.model.validation import check_key, check_seconds, normalize, storable
+from keel.store.browse import Position, TaskFilter, TaskPage, check_limit, decode_cursor, page_of
 from keel.store.changes import Change, ChangeHub
 from keel.store.protocol import Clock
+from keel.store.rerun import rerun_failed
 
 __all__ = [
     "MUTABLE_COLUMNS",
@@ -84,6 +86,10 @@ class Tx(Protocol):
     def page(
         self, status: Status | None, owner: str | None, limit: int, after: str | None
     ) -> list[Task]: ...
+    def browse(self, where: TaskFilter, mark: Position | None, limit: int) -> list[Task]:
+        """Up to ``limit`` tasks matching ``where``, older than ``mark``, newest first."""
+        ...
+
     def status_of(self, task_ids: Sequence[str]) -> dict[str, tuple[Status, int]]: ...
     def counts(self) -> dict[Status, int]:
         """How many tasks are in each status (statuses with none left out)."""
@@ -307,6 +313,14 @@ class TxStore:
             Op(lambda tx: tx.page(status, owner, max(0, limit), after)), write=False
         )
 
+    async def browse(
+        self, where: TaskFilter | None = None, *, limit: int = 50, cursor: str | None = None
+    ) -> TaskPage:
+        checked = (where or TaskFilter()).checked()
+        mark, limit = decode_cursor(cursor), check_limit(limit)
+        found = await self._run(Op(lambda tx: tx.browse(checked, mark, limit + 1)), write=False)
+        return page_of(found, limit)
+
     async def statuses(self, task_ids: Collection[str]) -> Mapping[str, tuple[Status, int]]:
         ids = [task_id for task_id in dict.fromkeys(task_ids) if _known(task_id)]
         if not ids:
@@ -431,6 +445,15 @@ class TxStore:
             task = _require(tx, task_id, owner)
             change = tr.cancel(task, self._now(), reason=reason, actor=actor, limits=self.limits)
             return _apply(tx, task, change)
+
+        return await self._run(Op(op, _named(task_id)), write=True)
+
+    async def rerun(self, task_id: str, *, actor: str = "operator") -> Task:
+        def op(tx: Tx) -> Task:
+            old = _require(tx, task_id)
+            return rerun_failed(
+                tx, old, new_id=new_task_id(), now=self._now(), actor=actor, limits=self.limits
+            )
 
         return await self._run(Op(op, _named(task_id)), write=True)
 
