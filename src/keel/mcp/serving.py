@@ -52,6 +52,7 @@ from keel.mcp.server import TasksExtension, keel_lifespan
 from keel.mcp.state_key import request_state_security
 from keel.mcp.version import keel_version
 from keel.runtime import Keel
+from keel.telemetry import Telemetry
 
 __all__ = [
     "ServeSettings",
@@ -78,6 +79,7 @@ def app_server(
     state_dir: Path | None = None,
     close_store: bool = False,
     closed: threading.Event | None = None,
+    telemetry: Telemetry | None = None,
 ) -> MCPServer[Any]:
     """An ``MCPServer`` named ``name`` serving ``app``'s tasks through the tasks extension
     (and the 2025-11-25 tasks protocol, :mod:`keel.mcp.v2025`), with ``concurrency``
@@ -94,11 +96,16 @@ def app_server(
     SQLite store folds its WAL into the file). Off for servers that tests connect to
     several times. ``closed``, if given, is set once the store is closed.
 
+    ``telemetry``: its ``/healthz``, ``/readyz`` and ``/metrics`` on the HTTP app, and its
+    readiness reads in the lifespan (:mod:`keel.telemetry`).
+
     Raises:
         ConfigurationError: the request-state key cannot be read or is too short.
     """
     tasks = TasksExtension(app, rate_limit_polls=rate_limit_polls)
     lifespan = keel_lifespan(app, concurrency=concurrency, run_workers=run_workers)
+    if telemetry is not None:
+        lifespan = telemetry.lifespan(lifespan)
     server: MCPServer[Any] = MCPServer(
         name,
         version=keel_version(),
@@ -109,6 +116,10 @@ def app_server(
     )
     # Plain tools added later refuse arguments they do not take (keel.mcp.plain_tools).
     server.middleware.append(plain_tool_arguments(server, app.tasks))
+    if telemetry is not None:
+        from keel.telemetry.routes import add_routes
+
+        add_routes(server, telemetry)
     return server
 
 
@@ -130,12 +141,15 @@ def _closing(lifespan: Lifespan, app: Keel, closed: threading.Event | None) -> L
     return closing
 
 
-def run_http(server: MCPServer[Any], *, host: str, port: int, **options: Any) -> None:
+def run_http(
+    server: MCPServer[Any], *, host: str, port: int, json_logs: bool = False, **options: Any
+) -> None:
     """Serve ``server`` over streamable HTTP until SIGTERM / SIGINT, then exit 0 within
     10 s: requests still open :data:`REQUEST_GRACE` seconds after the signal (a plain
     client's ``tools/call`` waiting for a long task) are cut, then the lifespan ends (the
     workers give their tasks back, the store is closed). ``options`` go to the SDK's
-    ``streamable_http_app``.
+    ``streamable_http_app``. ``json_logs``: uvicorn's loggers keep no handlers of their
+    own, so that its lines go through the root's (JSON, :mod:`keel.telemetry.logs`).
 
     The SDK's ``run("streamable-http")`` builds its own uvicorn config, without a bound
     on the graceful shutdown: an open request kept the process from ever exiting. Its
@@ -150,6 +164,7 @@ def run_http(server: MCPServer[Any], *, host: str, port: int, **options: Any) ->
         port=port,
         log_level=server.settings.log_level.lower(),
         timeout_graceful_shutdown=REQUEST_GRACE,
+        log_config=None if json_logs else uvicorn.config.LOGGING_CONFIG,
     )
     _exit_zero_on_signals()
     anyio.run(uvicorn.Server(config).serve)
@@ -215,6 +230,8 @@ class ServeSettings:
     rate_limit_polls: bool = False
     closed: threading.Event = field(default_factory=threading.Event, compare=False)
     """Set once the server's lifespan has closed the store (see :func:`run_stdio`)."""
+    telemetry: Telemetry | None = field(default=None, compare=False)
+    """Metrics, health and logs of the process (``keel serve`` attaches its store)."""
 
     def server_for(self, app: Keel, name: str) -> MCPServer[Any]:
         """:func:`app_server` of ``app`` with these settings.
@@ -231,6 +248,7 @@ class ServeSettings:
             state_dir=self.data_dir,
             close_store=True,  # keel serve: the process ends with the server
             closed=self.closed,
+            telemetry=self.telemetry,
         )
 
 

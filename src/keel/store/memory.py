@@ -172,6 +172,9 @@ class _MemoryTx:
     def counts(self) -> dict[Status, int]:
         return dict(Counter(Status(r["status"]) for r in self._d.rows.values()))
 
+    def schema_version(self) -> int:
+        return 0  # memory:// keeps no schema
+
     def page(
         self, status: Status | None, owner: str | None, limit: int, after: str | None
     ) -> list[Task]:

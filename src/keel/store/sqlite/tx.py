@@ -151,6 +151,9 @@ class SqliteTx:
         rows = self._c.execute(Q["count_by_status"], {})
         return {Status(r["status"]): int(r["n"]) for r in rows}
 
+    def schema_version(self) -> int:
+        return int(self._c.execute("SELECT max(version) FROM keel_schema").fetchone()[0])
+
     def page(
         self, status: Status | None, owner: str | None, limit: int, after: str | None
     ) -> list[Task]:
