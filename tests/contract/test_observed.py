@@ -119,11 +119,11 @@ async def test_every_counter_is_exact_after_a_known_workload(
         outcome: value(metrics, "keel_attempt_duration_seconds_count", tool=tool, outcome=outcome)
         for tool, outcome in [
             ("job", "completed"),
-            ("job", "retried"),
+            ("job", "error"),
             ("other", "cancelled"),
             ("job", "recovered"),
         ]
     }
-    assert outcomes == {"completed": 1, "retried": 2, "cancelled": 1, "recovered": 1}
+    assert outcomes == {"completed": 1, "error": 2, "cancelled": 1, "recovered": 1}
     assert value(metrics, "keel_attempt_duration_seconds_sum", tool="job", outcome="completed") == 2
     assert value(metrics, "keel_store_commit_seconds_count", op="create") == 5

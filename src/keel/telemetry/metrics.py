@@ -37,7 +37,7 @@ process wrote are forgotten, oldest first, past this many)."""
 _ENDS_ATTEMPT = {
     "complete": "completed",
     "fail": "failed",
-    "retry": "retried",
+    "retry": "error",
     "release": "released",
     "request_input": "input_required",
     "cancel": "cancelled",
