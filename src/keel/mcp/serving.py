@@ -54,6 +54,7 @@ from keel.mcp.server import TasksExtension, keel_lifespan
 from keel.mcp.state_key import request_state_security
 from keel.mcp.version import keel_version
 from keel.runtime import Keel
+from keel.telemetry import Telemetry
 
 __all__ = [
     "ServeSettings",
@@ -82,6 +83,7 @@ def app_server(
     closed: threading.Event | None = None,
     auth: ServerAuth | None = None,
     stopping: list[Callable[[], None]] | None = None,
+    telemetry: Telemetry | None = None,
 ) -> MCPServer[Any]:
     """An ``MCPServer`` named ``name`` serving ``app``'s tasks through the tasks extension
     (and the 2025-11-25 tasks protocol, :mod:`keel.mcp.v2025`), with ``concurrency``
@@ -103,6 +105,8 @@ def app_server(
     ``stopping``, if given, gets what must run when a signal stops the server, before
     open requests get their grace: ending the listen streams gracefully
     (:meth:`keel.mcp.push.TaskPush.close`); :func:`run_http` takes it as ``on_stop``.
+    ``telemetry``: its ``/healthz``, ``/readyz`` and ``/metrics`` on the HTTP app, and its
+    readiness reads in the lifespan (:mod:`keel.telemetry`).
 
     Raises:
         ConfigurationError: the request-state key cannot be read or is too short.
@@ -111,7 +115,10 @@ def app_server(
     push = tasks.push()  # notifications/tasks on subscriptions/listen (keel.mcp.push)
     if stopping is not None:
         stopping.append(push.close)
-    lifespan = push.lifespan(keel_lifespan(app, concurrency=concurrency, run_workers=run_workers))
+    lifespan = keel_lifespan(app, concurrency=concurrency, run_workers=run_workers)
+    if telemetry is not None:
+        lifespan = telemetry.lifespan(lifespan)
+    lifespan = push.lifespan(lifespan)
     server: MCPServer[Any] = MCPServer(
         name,
         version=keel_version(),
@@ -126,6 +133,10 @@ def app_server(
     )
     # Plain tools added later refuse arguments they do not take (keel.mcp.plain_tools).
     server.middleware.append(plain_tool_arguments(server, app.tasks))
+    if telemetry is not None:
+        from keel.telemetry.routes import add_routes
+
+        add_routes(server, telemetry)
     return server
 
 
@@ -155,6 +166,7 @@ def run_http(
     access: HttpAccess | None = None,
     on_stop: Iterable[Callable[[], None]] = (),
     mounts: Mapping[str, ASGIApp] | None = None,
+    json_logs: bool = False,
     **options: Any,
 ) -> None:
     """Serve ``server`` over streamable HTTP until SIGTERM / SIGINT, then exit 0 within
@@ -166,7 +178,9 @@ def run_http(
     :meth:`HttpAccess.for_bind`) sets the Host / Origin allow-lists and the session
     limits (:mod:`keel.mcp.access`).
     ``mounts`` are other apps served beside it, by path (the operator console at
-    ``/ops``), outside the MCP endpoint, behind the same allow-lists.
+    ``/ops``), outside the MCP endpoint, behind the same allow-lists. ``json_logs``:
+    uvicorn's loggers keep no handlers of their
+    own, so that its lines go through the root's (JSON, :mod:`keel.telemetry.logs`).
 
     The SDK's ``run("streamable-http")`` builds its own uvicorn config, without a bound
     on the graceful shutdown: an open request kept the process from ever exiting. Its
@@ -182,6 +196,7 @@ def run_http(
         port=port,
         log_level=server.settings.log_level.lower(),
         timeout_graceful_shutdown=REQUEST_GRACE,
+        log_config=None if json_logs else uvicorn.config.LOGGING_CONFIG,
     )
     hooks = list(on_stop)
 
@@ -260,6 +275,8 @@ class ServeSettings:
     auth: ServerAuth | None = None  # keel serve --auth (HTTP only)
     stopping: list[Callable[[], None]] = field(default_factory=list, compare=False)
     """What :func:`run_http` runs as a signal stops the server (``on_stop``)."""
+    telemetry: Telemetry | None = field(default=None, compare=False)
+    """Metrics, health and logs of the process (``keel serve`` attaches its store)."""
 
     def server_for(self, app: Keel, name: str) -> MCPServer[Any]:
         """:func:`app_server` of ``app`` with these settings.
@@ -278,6 +295,7 @@ class ServeSettings:
             closed=self.closed,
             auth=self.auth,
             stopping=self.stopping,
+            telemetry=self.telemetry,
         )
 
 

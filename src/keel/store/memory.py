@@ -182,6 +182,9 @@ class _MemoryTx:
         rows.sort(key=lambda r: (r["created_at"], r["task_id"]), reverse=True)
         return [task_from_row(r) for r in rows[:limit]]
 
+    def schema_version(self) -> int:
+        return 0  # memory:// keeps no schema
+
     def page(
         self, status: Status | None, owner: str | None, limit: int, after: str | None
     ) -> list[Task]:
