@@ -38,7 +38,13 @@ from typing import TYPE_CHECKING, Any
 import click
 from click.core import ParameterSource
 
-from keel.cli.access import ACCESS_KEYS, ACCESS_OPTIONS, access_problem, serve_access
+from keel.cli.access import (
+    ACCESS_KEYS,
+    ACCESS_OPTIONS,
+    ServeAccess,
+    access_problem,
+    serve_access,
+)
 from keel.cli.common import (
     CliState,
     KeelCliError,
@@ -360,7 +366,7 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
     says otherwise; with PostgreSQL, several `keel serve --no-worker` front ends and
     `keel worker` processes can share one database.
     """
-    from keel.mcp.serving import ServeSettings, run_http, run_stdio
+    from keel.mcp.serving import ServeSettings, run_stdio
     from keel.store.maintenance import verify
     from keel.telemetry import Telemetry
     from keel.telemetry.logs import configure
@@ -410,13 +416,29 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
     if transport == "stdio":
         run_stdio(served.server, settings.closed)  # SIGTERM: tasks given back, store closed
         return
+    _run_http(served, settings, host, port, access, mounts, json_logs=log_format == "json")
+
+
+def _run_http(  # noqa: PLR0917 - what serve settled, handed on
+    served: Served,
+    settings: ServeSettings,
+    host: str,
+    port: int,
+    access: ServeAccess | None,
+    mounts: dict[str, Any],
+    *,
+    json_logs: bool,
+) -> None:
+    """Serve ``served`` over streamable HTTP at /mcp until a signal stops it."""
+    from keel.mcp.serving import run_http
+
     run_http(
         served.server,
         host=host,
         port=port,
         access=None if access is None else access.http,
         on_stop=settings.stopping,  # listen streams end gracefully (keel.mcp.push)
-        json_logs=log_format == "json",
+        json_logs=json_logs,
         mounts=mounts,
         streamable_http_path="/mcp",
         json_response=True,
