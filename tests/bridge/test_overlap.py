@@ -67,14 +67,36 @@ def test_the_first_opened_incident_cuts_what_began_later() -> None:
 
 def test_the_re_anchored_second_incident_cuts_what_began_before_its_step() -> None:
     """Second-opened and re-anchored: what began 2 minutes or more before the new onset,
-    even loosely dated, is cut; not re-anchored, nothing is."""
+    even loosely dated, is cut; not in a pair, nothing is."""
     impacts = _suspects(db=(-5, 0.9), drift=(-2, 0.35), svc=(0, 0.6))
     attribute(impacts, {"order": "second", "moved": 3})
     assert {n for n, s in impacts.items() if s.get("elsewhere")} == {"db", "drift"}
     impacts = _suspects(db=(-5, 0.9), svc=(0, 0.6))
-    attribute(impacts, {"order": "second"})
-    assert not any(s.get("elsewhere") for s in impacts.values())
     attribute(impacts, None)
+    assert not any(s.get("elsewhere") for s in impacts.values())
+
+
+def test_the_second_incident_not_re_anchored_cuts_a_clear_step_well_before_its_own() -> None:
+    """Second-opened, not re-anchored: a clear step 2 minutes or more before a change
+    that began at the onset (even loosely dated) is cut; alone, it is never cut."""
+    impacts = _suspects(db=(-4, 0.86), svc=(0, 0.41))
+    attribute(impacts, {"order": "second"})
+    assert impacts["db"].get("elsewhere")
+    assert not impacts["svc"].get("elsewhere")
+    alone = _suspects(db=(-4, 0.94))
+    attribute(alone, {"order": "second"})
+    assert alone["db"]["weight"] == 1.0
+
+
+def test_the_first_opened_incident_dates_its_earliest_change_loosely() -> None:
+    """First-opened: a loosely dated change before a clear later one sets the earliest
+    minute, so the clear later one is cut; a loosely dated later one is not."""
+    impacts = _suspects(api=(-1, 0.48), svc=(2, 0.87))
+    attribute(impacts, {"order": "first", "onset_found": False})
+    assert impacts["svc"].get("elsewhere")
+    assert not impacts["api"].get("elsewhere")
+    impacts = _suspects(db=(-3, 0.94), svc=(0, 0.37))
+    attribute(impacts, {"order": "first", "onset_found": False})
     assert not any(s.get("elsewhere") for s in impacts.values())
 
 
