@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from keel.bridge.diagnosis import _confidence
 from keel.bridge.overlap import ELSEWHERE, attribute, later_onset, pair_of, steps
 from keel.bridge.records import NS_PER_MINUTE, Incident
@@ -107,7 +109,17 @@ def test_a_top_suspect_that_was_cut_lowers_the_confidence() -> None:
     top = {"suspect": "svc"}
     sure = _confidence(top, scores)
     suspect["elsewhere"] = True
-    assert _confidence(top, scores) == round(sure * 0.5, 2)
+    assert _confidence(top, scores) == pytest.approx(sure * 0.5, abs=0.01)
+
+
+def test_an_incident_of_a_pair_is_answered_less_surely() -> None:
+    """Opened within minutes of another incident: which fault is whose is less sure, and
+    the confidence says so (x0.75)."""
+    suspect = {"share": 1.0, "time_z": 12.0, "failure_z": 0.0}
+    scores: dict[str, Any] = {"suspects": {"svc": suspect}, "symptom": {"impact": 0.5}}
+    alone = _confidence({"suspect": "svc"}, scores)
+    scores["paired"] = True
+    assert _confidence({"suspect": "svc"}, scores) == pytest.approx(alone * 0.75, abs=0.01)
 
 
 def test_steps_dates_what_moved_and_leaves_out_what_did_not() -> None:
