@@ -4,7 +4,8 @@ serve``: the server's memory, and what a current-protocol client polling a task 
 Starts ``keel serve --app conformance`` on a free loopback port (its default session
 limits, or those given), creates one long task over 2026-07-28, and polls it with
 ``tasks/get`` (one poll at a time) while idle, then while ``--sessions`` old-protocol
-``initialize`` calls (``--concurrency`` at a time) hit the server, then stops it. The
+``initialize`` calls (``--concurrency`` at a time, from a process of their own) hit the
+server, then stops it. The
 server's RSS is sampled every 50 ms from /proc. Targets (issue 15): under 250 MB
 through a flood of 10,000, and the poller's p99 latency within 2x of idle.
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import socket
 import statistics
 import subprocess
@@ -59,6 +61,12 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind((HOST, 0))
         return int(s.getsockname()[1])
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time process ``pid`` has used, in seconds (from /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def rss_mb(pid: int) -> float:
@@ -161,6 +169,16 @@ async def flood(url: str, calls: int, concurrency: int) -> tuple[Counter[str], f
         return outcomes, time.perf_counter() - started
 
 
+async def flood_process(url: str, calls: int, concurrency: int) -> tuple[Counter[str], float]:
+    """:func:`flood` in a process of its own (this script with ``--flood-only``), so
+    that the flood's client work does not slow the poller's event loop."""
+    argv = [sys.executable, __file__, "--flood-only", url]
+    argv += ["--sessions", str(calls), "--concurrency", str(concurrency)]
+    done = await anyio.run_process(argv)
+    report = json.loads(done.stdout)
+    return Counter(report["outcomes"]), float(report["seconds"])
+
+
 async def measure(url: str, pid: int, args: argparse.Namespace) -> dict[str, Any]:
     """Idle polls, then polls during the flood, with RSS sampled throughout."""
     samples: list[tuple[float, float]] = []
@@ -190,7 +208,9 @@ async def measure(url: str, pid: int, args: argparse.Namespace) -> dict[str, Any
             rss_before = rss_mb(pid)
             poller.phase = "flood"
             flood_started = time.perf_counter() - begun
-            outcomes, seconds = await flood(url, args.sessions, args.concurrency)
+            cpu_before = cpu_seconds(pid)
+            outcomes, seconds = await flood_process(url, args.sessions, args.concurrency)
+            cpu_used = cpu_seconds(pid) - cpu_before
             poller.phase = "after"
             stop_polling.set()
             stop_sampling.set()
@@ -202,6 +222,8 @@ async def measure(url: str, pid: int, args: argparse.Namespace) -> dict[str, Any
         "rss_after_mb": round(rss_mb(pid), 1),
         "flood_seconds": round(seconds, 2),
         "flood_outcomes": dict(outcomes),
+        "server_cpu_seconds": round(cpu_used, 2),
+        "server_cpu_ms_per_call": round(cpu_used * 1000 / args.sessions, 2),
         "poll_errors": poller.errors,
         "idle": _stats(poller.latencies["idle"]),
         "flood": _stats(poller.latencies["flood"]),
@@ -250,15 +272,26 @@ def main() -> None:
     parser.add_argument("--max-sessions", type=int, default=1_000, help="keel serve's limit")
     parser.add_argument("--sdk-defaults", action="store_true", help="the SDK's own limits")
     parser.add_argument("--out", default="bench/results/flood_bench.json")
+    parser.add_argument("--flood-only", metavar="URL", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if not 1 <= args.sessions <= MAX_CALLS or not 1 <= args.concurrency <= 500:
         parser.error(f"--sessions must be 1..{MAX_CALLS}, --concurrency 1..500")
+    if args.flood_only:  # the flooding process of flood_process
+        if not args.flood_only.startswith(f"http://{HOST}:"):
+            parser.error("loopback only")
+        outcomes, seconds = anyio.run(flood, args.flood_only, args.sessions, args.concurrency)
+        print(json.dumps({"outcomes": outcomes, "seconds": seconds}))
+        return
     result = run(args)
     idle, during = result["idle"], result["flood"]
     limits = "SDK defaults (10,000; 1,800 s)" if args.sdk_defaults else f"{args.max_sessions}"
     print(f"initialize flood: {args.sessions} old-protocol sessions, {args.concurrency} at once")
     print(f"  keel serve --app conformance, max sessions {limits}")
     print(f"  flood took {result['flood_seconds']} s: {result['flood_outcomes']}")
+    print(
+        f"  server CPU in the flood: {result['server_cpu_seconds']} s, "
+        f"{result['server_cpu_ms_per_call']} ms per call"
+    )
     print()
     print(f"  {'':18} {'polls':>6} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}")
     for name, row in (("poll, idle", idle), ("poll, in flood", during)):

@@ -39,7 +39,13 @@ from typing import TYPE_CHECKING, Any
 import click
 from click.core import ParameterSource
 
-from keel.cli.access import ACCESS_KEYS, ACCESS_OPTIONS, access_problem, serve_access
+from keel.cli.access import (
+    ACCESS_KEYS,
+    ACCESS_OPTIONS,
+    access_problem,
+    check_served,
+    serve_access,
+)
 from keel.cli.common import (
     CliState,
     KeelCliError,
@@ -376,6 +382,7 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
         auth=None if access is None else access.auth,
     )
     served = _build(ctx, app_spec, settings, app_options)
+    check_served(access, served.server, app_spec)
     if served.app.location is not None:  # the app opens it: with the timeout
         served.app.use_store(served.app.location, timeout=store_timeout)
     verify(served.app.store)  # open the store now: one clear error if it cannot be served from
