@@ -12,6 +12,7 @@ through a flood of 10,000, and the poller's p99 latency within 2x of idle.
     uv run python bench/flood_bench.py                    # 2,000 initialize calls
     uv run python bench/flood_bench.py --sessions 10000
     uv run python bench/flood_bench.py --sdk-defaults     # the SDK's limits (10,000; 30 min)
+    uv run python bench/flood_bench.py --control          # flood another server: the baseline
 
 Loopback only, and bounded (at most 20,000 calls). Prints a table and writes JSON
 (``--out``, default ``bench/results/flood_bench.json``).
@@ -179,8 +180,9 @@ async def flood_process(url: str, calls: int, concurrency: int) -> tuple[Counter
     return Counter(report["outcomes"]), float(report["seconds"])
 
 
-async def measure(url: str, pid: int, args: argparse.Namespace) -> dict[str, Any]:
-    """Idle polls, then polls during the flood, with RSS sampled throughout."""
+async def measure(url: str, flooded: str, pid: int, args: argparse.Namespace) -> dict[str, Any]:
+    """Idle polls of ``url``, then polls during the flood of ``flooded`` (the same
+    server, or another with ``--control``), with RSS of ``pid`` sampled throughout."""
     samples: list[tuple[float, float]] = []
     stop_sampling, stop_polling = anyio.Event(), anyio.Event()
     begun = time.perf_counter()
@@ -209,7 +211,7 @@ async def measure(url: str, pid: int, args: argparse.Namespace) -> dict[str, Any
             poller.phase = "flood"
             flood_started = time.perf_counter() - begun
             cpu_before = cpu_seconds(pid)
-            outcomes, seconds = await flood_process(url, args.sessions, args.concurrency)
+            outcomes, seconds = await flood_process(flooded, args.sessions, args.concurrency)
             cpu_used = cpu_seconds(pid) - cpu_before
             poller.phase = "after"
             stop_polling.set()
@@ -243,8 +245,8 @@ def _stats(latencies: list[float]) -> dict[str, float]:
     }
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    """Start keel serve, measure, stop it."""
+def start_server(folder: Path, args: argparse.Namespace) -> tuple[str, subprocess.Popen[bytes]]:
+    """A ``keel serve --app conformance`` on a free loopback port, ready; its URL."""
     port = _free_port()
     url = f"http://{HOST}:{port}/mcp"
     limits = (
@@ -252,16 +254,34 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if args.sdk_defaults
         else ["--max-sessions", str(args.max_sessions)]
     )
+    argv = [str(KEEL), "serve", "--app", "conformance", "--host", HOST, "--port", str(port)]
+    argv += ["--data-dir", str(folder / "data"), *limits]
+    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        anyio.run(wait_ready, url, process)
+    except BaseException:
+        process.kill()
+        raise
+    return url, process
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Start keel serve (two with ``--control``: the flood hits the other), measure,
+    stop them."""
+    processes: list[subprocess.Popen[bytes]] = []
     with tempfile.TemporaryDirectory(prefix="keel-flood-bench-") as folder:
-        argv = [str(KEEL), "serve", "--app", "conformance", "--host", HOST, "--port", str(port)]
-        argv += ["--data-dir", str(Path(folder) / "data"), *limits]
-        process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            anyio.run(wait_ready, url, process)
-            return anyio.run(measure, url, process.pid, args)
+            url, polled = start_server(Path(folder) / "polled", args)
+            processes.append(polled)
+            flooded = url
+            if args.control:
+                flooded, other = start_server(Path(folder) / "flooded", args)
+                processes.append(other)
+            return anyio.run(measure, url, flooded, polled.pid, args)
         finally:
-            process.terminate()
-            process.wait(timeout=30)
+            for process in processes:
+                process.terminate()
+                process.wait(timeout=30)
 
 
 def main() -> None:
@@ -271,6 +291,11 @@ def main() -> None:
     parser.add_argument("--idle-polls", type=int, default=300, help="polls before the flood")
     parser.add_argument("--max-sessions", type=int, default=1_000, help="keel serve's limit")
     parser.add_argument("--sdk-defaults", action="store_true", help="the SDK's own limits")
+    parser.add_argument(
+        "--control",
+        action="store_true",
+        help="flood another keel serve instead: what the machine's load alone does to the poller",
+    )
     parser.add_argument("--out", default="bench/results/flood_bench.json")
     parser.add_argument("--flood-only", metavar="URL", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -287,6 +312,8 @@ def main() -> None:
     limits = "SDK defaults (10,000; 1,800 s)" if args.sdk_defaults else f"{args.max_sessions}"
     print(f"initialize flood: {args.sessions} old-protocol sessions, {args.concurrency} at once")
     print(f"  keel serve --app conformance, max sessions {limits}")
+    if args.control:
+        print("  CONTROL: the flood hits another keel serve; the polled one is not flooded")
     print(f"  flood took {result['flood_seconds']} s: {result['flood_outcomes']}")
     print(
         f"  server CPU in the flood: {result['server_cpu_seconds']} s, "
