@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,16 @@ def test_token_file_keeps_hashes_only(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="no token named 'ops'"):
         tokens.revoke("ops")
     assert not list(tokens.path.parent.glob(".*.tmp"))  # no temporary file left behind
+
+
+def test_concurrent_adds_keep_every_token(tmp_path: Path) -> None:
+    """Sixteen ``add`` calls at once, from threads (as separate ``keel auth`` commands
+    would be): the lock makes them take turns, and every token is kept."""
+    tokens = TokenFile(tmp_path / "tokens.json")
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        made = list(pool.map(tokens.add, [f"t{i}" for i in range(16)]))
+    assert len(set(made)) == 16
+    assert sorted(tokens.read()) == sorted(f"t{i}" for i in range(16))
 
 
 @pytest.mark.parametrize(
