@@ -29,6 +29,7 @@ import logging
 import os
 import re
 import secrets
+import stat
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -206,6 +207,24 @@ def _is_digest(value: Any) -> bool:
     return isinstance(value, str) and re.fullmatch(r"[0-9a-f]{64}", value) is not None
 
 
+def _check_private(path: Path) -> None:
+    """Refuse a token file others may write: whoever can write it can let themselves in
+    (a hash of a token of their own is all it takes).
+
+    Raises:
+        ConfigurationError: the file is writable by its group or by everyone.
+    """
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return  # read() names the problem
+    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise ConfigurationError(
+            f"the token file {path} is writable by others (mode {stat.S_IMODE(mode):o}), "
+            f"so anyone could add a token: chmod 600 {path}"
+        )
+
+
 def _by_hash(tokens: Mapping[str, Mapping[str, str]]) -> dict[str, str]:
     return {entry["sha256"]: name for name, entry in tokens.items()}
 
@@ -226,6 +245,7 @@ class TokenFileVerifier:
             raise ConfigurationError(
                 f"no token file at {path}: create one with keel auth add-token NAME --tokens {path}"
             )
+        _check_private(path)
         self._seen = self._stat()
         self._names = _by_hash(self.file.read())  # sha256 -> name; a bad file fails here
 
