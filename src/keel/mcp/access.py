@@ -27,7 +27,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import socket
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -194,9 +194,17 @@ class HttpAccess:
             allowed_origins=list(self.allowed_origins),
         )
 
-    def app(self, server: MCPServer[Any], *, host: str, **options: Any) -> ASGIApp:
+    def app(
+        self,
+        server: MCPServer[Any],
+        *,
+        host: str,
+        mounts: Mapping[str, ASGIApp] | None = None,
+        **options: Any,
+    ) -> ASGIApp:
         """``server``'s Streamable HTTP app (``options`` as ``streamable_http_app`` takes
-        them) with these limits, every route behind the allow-lists."""
+        them) with these limits and ``mounts`` (other apps by path) beside it, every route
+        behind the allow-lists."""
         security = self.transport_security
         app = server.streamable_http_app(
             host=host,
@@ -205,6 +213,8 @@ class HttpAccess:
             session_idle_timeout=self.session_idle_timeout,
             **options,
         )
+        for path, mounted in (mounts or {}).items():
+            app.mount(path, mounted)
         return HostOriginGuard(SessionsFull(app, self), security)
 
     def describe(self) -> list[str]:

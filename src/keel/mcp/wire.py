@@ -79,6 +79,7 @@ __all__ = [
     "legacy_outcome",
     "legacy_task",
     "list_not_served",
+    "listen_refused",
     "method_not_found",
     "not_a_task_tool",
     "poll_too_soon",
@@ -347,6 +348,11 @@ def legacy_outcome(task: Task, *, related: bool, expose_crashes: bool = False) -
 def header_mismatch() -> JsonObject:
     """A present ``Mcp-Name`` header that is not the request's ``taskId``."""
     return {"code": HEADER_MISMATCH, "message": "Mcp-Name header does not match params.taskId"}
+
+
+def listen_refused(reason: str) -> JsonObject:
+    """A ``subscriptions/listen`` whose ``notifications`` filter is malformed."""
+    return {"code": INVALID_PARAMS, "message": f"Invalid subscriptions/listen: {reason}"}
 
 
 def poll_too_soon(wait_ms: int, poll_interval_ms: int) -> JsonObject:
