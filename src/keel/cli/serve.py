@@ -43,6 +43,7 @@ from keel.cli.access import (
     ACCESS_OPTIONS,
     ServeAccess,
     access_problem,
+    check_served,
     serve_access,
 )
 from keel.cli.common import (
@@ -367,7 +368,6 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
     `keel worker` processes can share one database.
     """
     from keel.mcp.serving import ServeSettings, run_stdio
-    from keel.store.maintenance import verify
     from keel.telemetry import Telemetry
     from keel.telemetry.logs import configure
 
@@ -388,15 +388,10 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
         telemetry=telemetry,
     )
     served = _build(ctx, app_spec, settings, app_options)
-    if served.app.location is not None:  # the app opens it: with the timeout
-        served.app.use_store(served.app.location, timeout=store_timeout)
-    verify(served.app.store)  # open the store now: one clear error if it cannot be served from
+    check_served(access, served.server, app_spec)
+    _open_store(served, store_timeout)
     telemetry.attach(served.app.store)  # counts and logs what it commits; /readyz reads it
-    if transport == "http" and not check:
-        _check_port(host, port)
-    endpoint = "stdio" if transport == "stdio" else f"http://{host}:{port}/mcp"
-    if transport == "http" and port == 0:  # the system picks; uvicorn's line names it
-        endpoint = f"http://{host}:<a free port, in the 'running on' line below>/mcp"
+    endpoint = _endpoint(transport, host, port, check=check)
     config = ctx.meta.get("keel.config_path")
     console, mounts = _console(served, host, port) if transport == "http" else (None, {})
     for line in [
@@ -443,6 +438,28 @@ def _run_http(  # noqa: PLR0917 - what serve settled, handed on
         streamable_http_path="/mcp",
         json_response=True,
     )
+
+
+def _open_store(served: Served, store_timeout: float) -> None:
+    """Open the app's store now, with the timeout: one clear error if it cannot be
+    served from."""
+    from keel.store.maintenance import verify
+
+    if served.app.location is not None:  # the app opens it: with the timeout
+        served.app.use_store(served.app.location, timeout=store_timeout)
+    verify(served.app.store)
+
+
+def _endpoint(transport: str, host: str, port: int, *, check: bool) -> str:
+    """Where the server will be, for the startup message; an HTTP address that cannot
+    be listened on fails here (unless only checking)."""
+    if transport == "stdio":
+        return "stdio"
+    if not check:
+        _check_port(host, port)
+    if port == 0:  # the system picks; uvicorn's line names it
+        return f"http://{host}:<a free port, in the 'running on' line below>/mcp"
+    return f"http://{host}:{port}/mcp"
 
 
 def _console(served: Served, host: str, port: int) -> tuple[str, dict[str, Any]]:
