@@ -560,6 +560,14 @@ ALL: tuple[Requirement, ...] = (
         "result, stamped with the subscription id, as its last frame.",
         "B4 notifications [C26 SEP-2575 graceful closure]",
     ),
+    Requirement(
+        "B4.28",
+        "MAY",
+        "Clients rely on notifications instead of polling: keel.mcp.client listens to the "
+        "task it resolves when the server offers it, polls when it does not or the stream "
+        "ends, and returns the task's own terminal state either way.",
+        "B4 notifications [X]",
+    ),
     # --- B5. input_required ------------------------------------------------------------
     Requirement(
         "B5.1",

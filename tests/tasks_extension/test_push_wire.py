@@ -110,8 +110,8 @@ async def test_a_listener_gets_each_change_of_its_own_tasks_only(tmp_path: Path)
 @pytest.mark.requirement("B4.22", "B4.24")
 async def test_status_messages_and_cancellation_are_pushed(mcp_server: MCPServer[Any]) -> None:
     """A running task's statusMessage arrives as a notification (the task as tasks/get
-    shows it), and so does its cancellation; after the terminal state the stream stays
-    open and sends nothing more for it."""
+    shows it), and so does its cancellation; after the terminal state of its only task
+    the stream ends gracefully: its last frame is the listen's result."""
     async with serve_http(mcp_server) as url:
         created = await post(url, "tools/call", {"name": "slow", "arguments": {}})
         task_id = created.result["taskId"]
@@ -131,6 +131,10 @@ async def test_status_messages_and_cancellation_are_pushed(mcp_server: MCPServer
             assert task_of(last)["status"] == "cancelled"
             now = await post(url, "tasks/get", {"taskId": task_id})
             assert task_of(last) == answered(now.result)
+            end = await stream.frame()
+            assert end is not None
+            assert (end["id"], end["result"]["_meta"]) == ("s-1", {SUBSCRIPTION_ID: "s-1"})
+            assert await stream.frame() is None
 
 
 @pytest.mark.requirement("B4.22", "B4.25")

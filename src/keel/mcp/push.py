@@ -13,7 +13,8 @@ tasks it waits for; the response is a stream (SSE on HTTP) that carries, in orde
    the latest state, never sent out of order; after a task's terminal state nothing
    more is sent for it;
 3. the SDK's core events (``toolsListChanged`` …) the listen asked for, as before;
-4. on a graceful server stop, the listen's result: the spec's graceful close.
+4. the listen's result, the spec's graceful close: on a graceful server stop, and once
+   every task of a listen that asked for tasks only has ended (nothing more can come).
 
 Every frame carries ``_meta["io.modelcontextprotocol/subscriptionId"]`` = the listen
 request's id. No ``notifications/progress`` or ``notifications/message`` is ever sent on
@@ -322,7 +323,9 @@ class TaskPush:
         )
         for task in first.values():
             await self._send(ctx, stream, task, meta)
-        while not stream.closed:
+        # A stream for tasks only ends, gracefully, once they all have: nothing more comes.
+        only_tasks = task_ids is not None and stream.core == SubscriptionFilter()
+        while not stream.closed and not (only_tasks and not stream.watched):
             await stream.wake.wait()
             stream.wake = anyio.Event()
             await self._drain(ctx, stream, meta)
