@@ -10,8 +10,9 @@ tasks it waits for; the response is a stream (SSE on HTTP) that carries, in orde
    more each time it changes (status, ``statusMessage``, input requests, its result):
    the full detailed task, identical to what ``tasks/get`` answers at that moment.
    Changes that follow each other faster than the stream is written are coalesced into
-   the latest state, never sent out of order; after a task's terminal state nothing
-   more is sent for it;
+   the latest state, never sent out of order; a write that moves only
+   ``lastUpdatedAt`` (a worker renewing its lease) sends nothing; after a task's
+   terminal state nothing more is sent for it;
 3. the SDK's core events (``toolsListChanged`` …) the listen asked for, as before;
 4. the listen's result, the spec's graceful close: on a graceful server stop, and once
    every task of a listen that asked for tasks only has ended (nothing more can come).
@@ -367,10 +368,12 @@ class TaskPush:
         task: Task,
         meta: dict[str, Any],
     ) -> None:
-        """``notifications/tasks`` with the task, unless the stream sent this very state."""
+        """``notifications/tasks`` with the task, unless the stream sent this very state
+        (a lease renewal moves only ``lastUpdatedAt``: no change a client sees)."""
         wire = self._wire(task)
-        if stream.sent.get(task.task_id) != wire:
-            stream.sent[task.task_id] = wire
+        seen = {k: v for k, v in wire.items() if k != "lastUpdatedAt"}
+        if stream.sent.get(task.task_id) != seen:
+            stream.sent[task.task_id] = seen
             # The SDK's ServerNotification union lacks the extension's notification, which
             # the session only serializes: the cast is for the type checker alone.
             notification = cast(
