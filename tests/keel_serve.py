@@ -50,8 +50,16 @@ class KeelServe:
     """
 
     def __init__(
-        self, args: Sequence[str], *, cwd: Path, env: Mapping[str, str], log: Path
+        self,
+        args: Sequence[str],
+        *,
+        cwd: Path,
+        env: Mapping[str, str],
+        log: Path,
+        command: str = "serve",
     ) -> None:
+        self.command = command
+        """The keel command: ``serve``, or ``ops`` (which serves the same way)."""
         self.args = list(args)
         self.cwd = cwd
         self.env = {**env, "PYTHONUNBUFFERED": "1"}
@@ -71,7 +79,7 @@ class KeelServe:
     def start(self) -> None:
         """Start a process on :attr:`port` (any previous one must have exited)."""
         assert not self.alive, "the previous keel serve still runs"
-        argv = [str(KEEL), "serve", *self.args, "--host", HOST, "--port", str(self.port)]
+        argv = [str(KEEL), self.command, *self.args, "--host", HOST, "--port", str(self.port)]
         with self.log_path.open("ab") as out:
             self._since = out.tell()
             self.process = subprocess.Popen(

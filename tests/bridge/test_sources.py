@@ -18,7 +18,7 @@ from keel.bridge.otlp import read_spans
 from keel.bridge.settings import BridgeSettings
 from keel.bridge.sources import FileDeploys, JsonIncidents
 
-from .conftest import tree_bytes
+from .conftest import tree_bytes, truth_of
 
 TRACE = "5b8efff798038103d269b633813fc60c"
 
@@ -340,3 +340,38 @@ def test_span_kinds_and_the_callee_of_client_spans_are_read(tmp_path: Path) -> N
     ]
     # A service's own minutes count its server (and unspecified) spans only.
     assert [m[1] for m in TraceIndex(tmp_path / "index.db").minutes("a", 0, 2**62)] == [1]
+
+
+@pytest.mark.slow
+def test_a_deploy_csv_with_a_bom_lists_and_diagnoses_as_its_json(
+    dataset: Any, tmp_path: Path
+) -> None:
+    """The deploys as a spreadsheet exports them ("CSV UTF-8": a byte-order mark, CRLF
+    line ends) pass ingest, are listed by ``list_deploys`` and give every diagnosis the
+    same answer as the same deploys as JSON."""
+    from keel.bridge.core import open_bridge
+    from keel.bridge.diagnosis import run_diagnosis
+    from keel.bridge.tools import BridgeTools
+
+    settings = dataset(7)
+    data = tmp_path / "copy"
+    shutil.copytree(settings.data_dir, data)
+    records = json.loads((data / "deploys.json").read_text())
+    fields = ["id", "service", "version", "commit", "author", "deployed_at", "summary", "kind"]
+    lines = [",".join(fields)] + [
+        ",".join(str(record.get(f) or "") for f in fields) for record in records
+    ]
+    assert not any('"' in line or line.count(",") != len(fields) - 1 for line in lines)
+    (data / "deploys.csv").write_bytes(b"\xef\xbb\xbf" + "\r\n".join(lines).encode() + b"\r\n")
+    (data / "deploys.json").unlink()
+    with_csv = BridgeSettings(data_dir=data, deploys=data / "deploys.csv", pace="fast")
+    prepare(with_csv, log=lambda _line: None)
+    listed = BridgeTools(open_bridge(with_csv)).list_deploys(limit=1000)["deploys"]
+    assert sorted(d["id"] for d in listed) == sorted(r["id"] for r in records)
+    for truth in truth_of(settings):
+        incident, service = truth["incident_id"], truth["symptom_service"]
+        by_json = run_diagnosis(open_bridge(settings), incident, service)
+        by_csv = run_diagnosis(open_bridge(with_csv), incident, service)
+        assert by_csv["root_cause"] == by_json["root_cause"], incident
+        assert by_csv["confidence"] == by_json["confidence"], incident
+        assert by_csv["root_cause"] is not None, incident

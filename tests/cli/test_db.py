@@ -38,10 +38,10 @@ def test_sqlite_migrate_creates_the_file_then_finds_it_up_to_date(tmp_path):
     """A missing SQLite file is created with every migration; a second run does nothing."""
     first = keel("db", "migrate", "--store", "new.db")
     assert first.exit_code == 0
-    assert first.stdout == "new.db: applied migration(s) 1, 2; schema version 2\n"
+    assert first.stdout == "new.db: applied migration(s) 1, 2, 3; schema version 3\n"
     assert (tmp_path / "new.db").exists()
     again = keel("db", "migrate", "--store", "new.db")
-    assert (again.exit_code, again.stdout) == (0, "new.db: schema version 2, up to date\n")
+    assert (again.exit_code, again.stdout) == (0, "new.db: schema version 3, up to date\n")
 
 
 def test_sqlite_migrate_uses_the_default_location(tmp_path):
@@ -51,7 +51,7 @@ def test_sqlite_migrate_uses_the_default_location(tmp_path):
     assert result.stdout.startswith("keel-data/keel.db: applied migration(s) 1")
     store = SqliteStore(tmp_path / "keel-data" / "keel.db")
     try:
-        assert store.schema_version == 2
+        assert store.schema_version == 3
     finally:
         store.close_sync()
 
@@ -59,8 +59,8 @@ def test_sqlite_migrate_uses_the_default_location(tmp_path):
 def test_migrate_reports_what_it_did(tmp_path):
     """keel.store.migrate returns the report the CLI prints, honouring URL options."""
     url = f"sqlite:///{tmp_path}/k.db?synchronous=normal"
-    assert migrate(url) == MigrationReport(f"{tmp_path}/k.db", (1, 2), 2)
-    assert migrate(url) == MigrationReport(f"{tmp_path}/k.db", (), 2)
+    assert migrate(url) == MigrationReport(f"{tmp_path}/k.db", (1, 2, 3), 3)
+    assert migrate(url) == MigrationReport(f"{tmp_path}/k.db", (), 3)
 
 
 def test_memory_has_no_schema_to_migrate():
@@ -104,12 +104,12 @@ def test_postgres_migrate_applies_once_then_is_up_to_date():
         first = keel("db", "migrate", "--store", url)
         assert first.exit_code == 0, first.stderr
         assert first.stdout.endswith(
-            f"(schema {schema}): applied migration(s) 1; schema version 1\n"
+            f"(schema {schema}): applied migration(s) 1, 2; schema version 2\n"
         )
         again = keel("db", "migrate", "--store", url)
-        assert again.stdout.endswith(f"(schema {schema}): schema version 1, up to date\n")
+        assert again.stdout.endswith(f"(schema {schema}): schema version 2, up to date\n")
         report = migrate(url)
-        assert (report.applied, report.version) == ((), 1)
+        assert (report.applied, report.version) == ((), 2)
         assert report.where.endswith(f"(schema {schema})")
     finally:
         drop_schema(schema)

@@ -24,6 +24,7 @@ from typing import Any
 
 import click
 
+from keel.cli.auth import auth
 from keel.cli.bridge import bridge
 from keel.cli.common import (
     CliState,
@@ -34,6 +35,7 @@ from keel.cli.common import (
 )
 from keel.cli.db import db
 from keel.cli.maintenance import backup, check
+from keel.cli.ops import ops
 from keel.cli.serve import serve
 from keel.cli.tasks import tasks
 from keel.cli.worker import worker
@@ -183,6 +185,8 @@ cli.add_command(bridge)
 cli.add_command(db)
 cli.add_command(check)
 cli.add_command(backup)
+cli.add_command(auth)
+cli.add_command(ops)
 
 
 def main() -> None:

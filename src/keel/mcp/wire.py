@@ -119,6 +119,9 @@ STORE_DAMAGED = -32051
 the message names the store and what to do (restore it from a backup); trying again
 will not help until someone does, so no ``retryAfterMs``. The code after
 :data:`STORE_UNAVAILABLE`, in the same implementation-defined range."""
+SESSIONS_FULL = -32052
+"""No room for another 2025-11-25 session (``keel serve --max-sessions``), HTTP 503:
+``data.retryAfterMs`` says when to try again (``keel.mcp.access``)."""
 NOT_FOUND = "Failed to retrieve task: Task not found"
 """The one message for unknown, purged and other principals' tasks (the spec's text)."""
 

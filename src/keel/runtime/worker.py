@@ -70,6 +70,7 @@ from keel.runtime.outcomes import (
 )
 from keel.store import Store
 from keel.store.protocol import WakeUps
+from keel.telemetry.health import worker_started, worker_stopped
 
 __all__ = ["SHUTDOWN_GRACE", "Worker"]
 
@@ -212,6 +213,7 @@ class Worker:
                 tg.start_soon(self._recover_loop)
                 tg.start_soon(self._purge_loop)
                 self.started.set()
+                worker_started(self)  # readiness: this process runs a worker
                 if stop is None:
                     await anyio.sleep_forever()
                 else:
@@ -219,6 +221,7 @@ class Worker:
                 await self._shut_down()
                 tg.cancel_scope.cancel()
         finally:
+            worker_stopped(self)
             unlisten()
             if unsubscribe is not None:
                 unsubscribe()

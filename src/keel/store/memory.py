@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from keel.errors import StoreError
 from keel.model import Event, JsonValue, Limits, Status, Task
 from keel.store.base import Op, TxStore, task_from_row, task_to_row
+from keel.store.browse import Position, TaskFilter
 from keel.store.protocol import Clock
 
 __all__ = ["MemoryStore"]
@@ -171,6 +172,18 @@ class _MemoryTx:
 
     def counts(self) -> dict[Status, int]:
         return dict(Counter(Status(r["status"]) for r in self._d.rows.values()))
+
+    def browse(self, where: TaskFilter, mark: Position | None, limit: int) -> list[Task]:
+        rows = [
+            r
+            for r in self._d.rows.values()
+            if where.matches(r) and (mark is None or mark.before(r))
+        ]
+        rows.sort(key=lambda r: (r["created_at"], r["task_id"]), reverse=True)
+        return [task_from_row(r) for r in rows[:limit]]
+
+    def schema_version(self) -> int:
+        return 0  # memory:// keeps no schema
 
     def page(
         self, status: Status | None, owner: str | None, limit: int, after: str | None

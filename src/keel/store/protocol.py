@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequen
 from typing import Protocol, runtime_checkable
 
 from keel.model import Event, InputRequest, JsonObject, JsonValue, Reclaimed, Status, Task
+from keel.store.browse import TaskFilter, TaskPage
 from keel.store.changes import Change
 
 __all__ = ["Clock", "Store", "WakeUps"]
@@ -102,6 +103,19 @@ class Store(Protocol):
     ) -> Sequence[Task]:
         """Tasks in the order they were stored, oldest first; ``after`` is the last task id
         of the previous page (an unknown ``after`` gives an empty page)."""
+        ...
+
+    async def browse(
+        self, where: TaskFilter | None = None, *, limit: int = 50, cursor: str | None = None
+    ) -> TaskPage:
+        """One page of the tasks ``where`` matches (every task without it), newest first
+        (by ``created_at``, then id), for operators: every principal's tasks. Pass the
+        page's ``next_cursor`` back for the next page (see :mod:`keel.store.browse`).
+
+        Raises:
+            InvalidPayload: a bad filter field, a cursor no page gave, a limit outside
+                1..:data:`~keel.store.browse.MAX_PAGE`.
+        """
         ...
 
     async def statuses(self, task_ids: Collection[str]) -> Mapping[str, tuple[Status, int]]:
@@ -201,6 +215,18 @@ class Store(Protocol):
             TaskNotFound: no such task (or not this owner's).
             TaskAlreadyTerminal: it completed or failed first. Cancelling a cancelled
                 task returns it.
+        """
+        ...
+
+    async def rerun(self, task_id: str, *, actor: str = "operator") -> Task:
+        """Retry a failed (or dead-lettered) task as a new task: a new id, the same name,
+        arguments, owner, attempts and TTL, the old task's recorded steps copied; each
+        history names the other (``retry of OLD`` / ``retried as NEW``). The old task
+        stays failed. See :mod:`keel.store.rerun`.
+
+        Raises:
+            TaskNotFound: no such task.
+            InvalidTransition: the task did not fail.
         """
         ...
 

@@ -148,3 +148,10 @@ DELETE FROM keel_write_log WHERE written_at < now() - interval '1 hour';
 
 -- name: notify
 SELECT pg_notify(%(channel)s, %(payload)s);
+
+-- name: browse_tasks
+-- Newest first, a keyset page (keel.store.browse); {where} is its condition. Each filter
+-- column has an index on (column, created_at, task_id COLLATE "C") (0002_browse.sql).
+SELECT * FROM tasks WHERE {where}
+ORDER BY created_at DESC, task_id COLLATE "C" DESC
+LIMIT %(limit)s;

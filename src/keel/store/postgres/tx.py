@@ -27,6 +27,7 @@ from psycopg.rows import dict_row
 from keel.errors import StoreError
 from keel.model import Event, JsonValue, Status, Task
 from keel.store.base import event_from_row, task_from_row, task_to_row
+from keel.store.browse import Position, TaskFilter, sql_where
 from keel.store.sqlfiles import load_queries
 
 __all__ = ["GroupState", "PgTx"]
@@ -231,6 +232,10 @@ class PgTx:
         rows = self._cur.execute(Q["count_by_status"], {})
         return {Status(r["status"]): int(r["n"]) for r in rows}
 
+    def schema_version(self) -> int:
+        row = self._cur.execute("SELECT coalesce(max(version), 0) AS v FROM keel_schema")
+        return int(row.fetchone()["v"])  # type: ignore[index]
+
     def page(
         self, status: Status | None, owner: str | None, limit: int, after: str | None
     ) -> list[Task]:
@@ -241,6 +246,16 @@ class PgTx:
             "limit": limit,
         }
         return self._fetch("page_tasks", params)
+
+    def browse(self, where: TaskFilter, mark: Position | None, limit: int) -> list[Task]:
+        # task_id in byte order ("C"), as the browse indexes keep it (0002_browse.sql).
+        condition, params = sql_where(
+            where, mark, lambda name: f"%({name})s", id_column='task_id COLLATE "C"', find="strpos"
+        )
+        self._s.flush(self._cur)
+        query = Q["browse_tasks"].replace("{where}", condition)
+        rows = self._cur.execute(query.encode(), {**params, "limit": limit})
+        return [task_from_row(r) for r in rows]
 
     def claim(
         self, names: Collection[str], now: float, worker: str, lease: float, limit: int

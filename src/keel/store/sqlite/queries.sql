@@ -88,3 +88,10 @@ SELECT status, count(*) AS n FROM tasks GROUP BY status;
 -- name: task_statuses
 SELECT task_id, status, fence FROM tasks
 WHERE task_id IN (SELECT value FROM json_each(:task_ids));
+
+-- name: browse_tasks
+-- Newest first, a keyset page (keel.store.browse); {where} is its condition. Each filter
+-- column has an index on (column, created_at, task_id) (migration 0003_browse).
+SELECT * FROM tasks WHERE {where}
+ORDER BY created_at DESC, task_id DESC
+LIMIT :limit;

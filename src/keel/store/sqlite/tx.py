@@ -16,6 +16,7 @@ from typing import Any
 from keel.errors import StoreError
 from keel.model import Event, JsonValue, Status, Task
 from keel.store.base import event_from_row, task_from_row, task_to_row
+from keel.store.browse import Position, TaskFilter, sql_where
 from keel.store.sqlfiles import load_queries
 
 __all__ = ["EventRow", "Fill", "Q", "SqliteTx"]
@@ -150,6 +151,14 @@ class SqliteTx:
     def counts(self) -> dict[Status, int]:
         rows = self._c.execute(Q["count_by_status"], {})
         return {Status(r["status"]): int(r["n"]) for r in rows}
+
+    def browse(self, where: TaskFilter, mark: Position | None, limit: int) -> list[Task]:
+        condition, params = sql_where(where, mark, lambda name: f":{name}")
+        query = Q["browse_tasks"].replace("{where}", condition)
+        return [self._kept(row) for row in self._c.execute(query, {**params, "limit": limit})]
+
+    def schema_version(self) -> int:
+        return int(self._c.execute("SELECT max(version) FROM keel_schema").fetchone()[0])
 
     def page(
         self, status: Status | None, owner: str | None, limit: int, after: str | None

@@ -1,0 +1,89 @@
+"""``keel ops``: the operator console (:mod:`keel.ops`) served alone, over a store.
+
+It reads the same store as ``keel serve`` and ``keel tasks`` (``--store``, ``$KEEL_STORE``,
+default ``keel-data/keel.db``). It listens on loopback only: the console has no sign-in
+yet, so another host is refused with one line.
+"""
+
+from __future__ import annotations
+
+import signal
+
+import anyio
+import click
+
+from keel.cli.common import KeelCliError, chosen_location, store_option, store_timeout_option
+from keel.mcp.access import is_loopback
+
+__all__ = ["ops"]
+
+
+def refuse_off_loopback(host: str) -> None:
+    """Refuse to serve the console on ``host`` unless it is loopback.
+
+    Raises:
+        KeelCliError: naming the host and what to do instead.
+    """
+    if not is_loopback(host):
+        raise KeelCliError(
+            f"the operator console listens on loopback only (127.0.0.1, ::1, localhost), "
+            f"not {host}: it has no sign-in yet; reach it through an SSH tunnel"
+        )
+
+
+@click.command(short_help="Serve the operator console (a web page) on loopback.")
+@store_option
+@store_timeout_option
+@click.option("--host", default="127.0.0.1", show_default=True, envvar="KEEL_OPS_HOST")
+@click.option(
+    "--port",
+    default=8001,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    envvar="KEEL_OPS_PORT",
+    help="0: any free port (named in the 'running on' line).",
+)
+@click.pass_context
+def ops(ctx: click.Context, host: str, port: int, store_timeout: float) -> None:
+    """Serve the operator console at http://HOST:PORT/ops: every task of the store,
+    newest first; answer a task's input request; cancel a task. Actions are recorded in
+    the task's history as made by "local operator". See docs/ops.md.
+    """
+    import uvicorn
+
+    from keel.ops import MOUNT, standalone_app
+    from keel.store import open_store
+    from keel.store.maintenance import verify
+
+    refuse_off_loopback(host)
+    location = chosen_location(ctx)
+    if location.kind == "memory":
+        raise KeelCliError("keel ops cannot use memory://: it would show a store of its own")
+    store = open_store(location.url or str(location.path), timeout=store_timeout)
+    verify(store)  # one clear error now if the store cannot be read
+    where = f"{host}:{port}" if port else f"{host}:<a free port, in the 'running on' line>"
+    click.echo(f"keel ops: operator console at http://{where}{MOUNT}/", err=True)
+    click.echo(f"  store: {location.describe()}", err=True)
+    config = uvicorn.Config(
+        standalone_app(store),
+        host=host,
+        port=port,
+        log_level="info",  # its "running on" line names the port (--port 0)
+        access_log=False,
+        timeout_graceful_shutdown=2,
+    )
+
+    async def run() -> None:
+        try:
+            await uvicorn.Server(config).serve()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await store.close()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):  # uvicorn raises them again once stopped
+        signal.signal(signum, _exit_zero)
+    anyio.run(run)
+
+
+def _exit_zero(_signum: int, _frame: object) -> None:
+    raise SystemExit(0)

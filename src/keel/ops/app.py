@@ -1,0 +1,290 @@
+"""The operator console as an ASGI app: server-rendered pages over one store.
+
+``GET /`` lists tasks newest first (filters as a GET form, a next-page link), ``GET
+/tasks/{id}`` shows one task, and the actions are POST forms on ``/tasks/{id}/answer``
+and ``/tasks/{id}/cancel``, each carrying the CSRF token (:mod:`keel.ops.csrf`). Every
+link is relative to where the app is mounted (``keel serve`` mounts it at ``/ops``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup, escape
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+
+from keel.errors import InputRejected, InvalidPayload, KeelError, TaskNotFound
+from keel.model import Status, Task
+from keel.ops.actions import Actions
+from keel.ops.csrf import FIELD, check, remember, token_for
+from keel.ops.forms import fields_of, value_of
+from keel.store import Store
+from keel.store.browse import TaskFilter
+
+__all__ = ["LOCAL_OPERATOR", "MOUNT", "ops_app", "standalone_app"]
+
+LOCAL_OPERATOR = "local operator"
+"""Who the history says acted, for a console served on loopback (no sign-in)."""
+
+PAGE = 50
+MOUNT = "/ops"
+"""Where the console lives, in ``keel serve`` and in ``keel ops``."""
+_TEXT_FILTERS = {"name": "name", "principal": "owner", "text": "text"}
+_TIME_FILTERS = ("created_from", "created_to", "updated_from", "updated_to")
+
+
+def _when(seconds: float | None) -> str:
+    if seconds is None or not math.isfinite(seconds):
+        return ""
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S") + "Z"
+
+
+def _pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False)
+
+
+_ENV = Environment(
+    loader=PackageLoader("keel.ops", "templates"),
+    autoescape=select_autoescape(default=True, default_for_string=True),
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+_TASK_ID = re.compile(r"\b[0-9a-f]{12}[A-Za-z0-9_-]{22}(?![A-Za-z0-9_-])")
+
+
+def _link_ids(text: str, base: str) -> Markup:
+    """``text`` escaped, each task id in it a link to that task's page."""
+    escaped = str(escape(text))
+    linked = _TASK_ID.sub(lambda m: f'<a href="{escape(base)}/tasks/{m[0]}">{m[0]}</a>', escaped)
+    return Markup(linked)  # noqa: S704 - the text is escaped; an id is [A-Za-z0-9_-] only
+
+
+_ENV.filters.update(when=_when, pretty=_pretty, link_ids=_link_ids)
+_ENV.globals.update(statuses=[s.value for s in Status])
+
+
+def _parse_time(name: str, raw: str) -> float:
+    """A filter time: epoch seconds, or an ISO date-time (UTC unless it says otherwise)."""
+    try:
+        return float(raw)
+    except ValueError:
+        pass
+    try:
+        parsed = datetime.fromisoformat(raw.strip().removesuffix("Z"))
+    except ValueError:
+        raise InvalidPayload(
+            f"{name.replace('_', ' ')} must be a date-time (2026-12-03T12:00) or epoch seconds, "
+            f"not {raw!r}"
+        ) from None
+    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
+
+
+def _filter_of(query: dict[str, str]) -> TaskFilter:
+    """The list page's query string as a store filter.
+
+    Raises:
+        InvalidPayload: a status or time that is not one, naming it.
+    """
+    given: dict[str, Any] = {}
+    status = query.get("status", "")
+    if status:
+        if status not in {s.value for s in Status}:
+            raise InvalidPayload(f"status {status!r} is not a status")
+        given["status"] = Status(status)
+    for form_name, field_name in _TEXT_FILTERS.items():
+        if query.get(form_name):
+            given[field_name] = query[form_name]
+    for name in _TIME_FILTERS:
+        if query.get(name):
+            given[name] = _parse_time(name, query[name])
+    return TaskFilter(**given)
+
+
+def _limit(raw: str | None) -> int:
+    """``?limit=N``: the page size (default :data:`PAGE`); the store checks its range."""
+    if not raw:
+        return PAGE
+    try:
+        return int(raw)
+    except ValueError:
+        raise InvalidPayload(f"limit must be a whole number, not {raw!r}") from None
+
+
+class Console:
+    """The pages and actions over one store."""
+
+    def __init__(self, actions: Actions) -> None:
+        self.actions = actions
+        self.store: Store = actions.store
+
+    def render(
+        self, request: Request, template: str, status_code: int = 200, **context: Any
+    ) -> HTMLResponse:
+        token, new = token_for(request)
+        html = _ENV.get_template(template).render(
+            base=request.scope.get("root_path", ""),
+            csrf_field=FIELD,
+            csrf_token=token,
+            operator=self.actions.operator,
+            **context,
+        )
+        response = HTMLResponse(html, status_code=status_code)
+        if new:
+            remember(response, request, token)
+        return response
+
+    async def tasks(self, request: Request) -> Response:
+        query = dict(request.query_params)
+        counts = await self.store.counts()
+        try:
+            where = _filter_of(query)
+            page = await self.store.browse(
+                where, limit=_limit(query.get("limit")), cursor=query.get("cursor") or None
+            )
+        except InvalidPayload as exc:
+            return self.render(
+                request, "tasks.html", 400, query=query, counts=counts, tasks=(), error=str(exc)
+            )
+        more = None
+        if page.next_cursor is not None:
+            more = request.url.include_query_params(cursor=page.next_cursor)
+        return self.render(
+            request,
+            "tasks.html",
+            query=query,
+            counts=counts,
+            tasks=page.tasks,
+            next_url=more,
+            error=None,
+        )
+
+    async def task(self, request: Request, **context: Any) -> Response:
+        task_id = request.path_params["task_id"]
+        try:
+            task = await self.store.get(task_id)
+            history = await self.store.history(task_id)
+            steps = await self.store.steps(task_id)
+        except TaskNotFound:
+            return self.render(request, "missing.html", 404, task_id=task_id)
+        submitted: dict[str, dict[str, str]] = context.pop("submitted", {})
+        forms = {
+            key: fields_of(request_.schema, submitted.get(key))
+            for key, request_ in task.pending_input.items()
+        }
+        return self.render(
+            request,
+            "task.html",
+            context.pop("status_code", 200),
+            task=task,
+            history=history,
+            steps=steps,
+            forms=forms,
+            notice=request.query_params.get("done"),
+            error=context.pop("error", None),
+        )
+
+    async def _posted(self, request: Request) -> tuple[dict[str, str], Response | None]:
+        form = await request.form()
+        fields = {k: v for k, v in form.items() if isinstance(v, str)}
+        problem = check(request, fields.get(FIELD))
+        if problem is not None:
+            return fields, self.render(request, "refused.html", 403, problem=problem)
+        return fields, None
+
+    def _back(self, request: Request, task: Task, done: str) -> Response:
+        url = f"{request.scope.get('root_path', '')}/tasks/{task.task_id}?done={done}"
+        return RedirectResponse(url, status_code=303)
+
+    async def answer(self, request: Request) -> Response:
+        fields, refused = await self._posted(request)
+        if refused is not None:
+            return refused
+        task_id, key = request.path_params["task_id"], fields.get("keel.request", "")
+        try:
+            waiting = await self.store.get(task_id)
+            asked = waiting.input_requests.get(key)
+            schema = {} if asked is None else asked.schema
+            task = await self.actions.answer(task_id, key, value_of(schema, fields))
+        except TaskNotFound:
+            return self.render(request, "missing.html", 404, task_id=task_id)
+        except InputRejected as exc:
+            return await self.task(
+                request, error=str(exc), submitted={key: fields}, status_code=400
+            )
+        except KeelError as exc:  # not waiting any more, a key not open: say so
+            return await self.task(request, error=str(exc), status_code=409)
+        return self._back(request, task, "answered")
+
+    async def retry(self, request: Request) -> Response:
+        _, refused = await self._posted(request)
+        if refused is not None:
+            return refused
+        task_id = request.path_params["task_id"]
+        try:
+            task = await self.actions.retry(task_id)
+        except TaskNotFound:
+            return self.render(request, "missing.html", 404, task_id=task_id)
+        except KeelError as exc:  # it did not fail
+            return await self.task(request, error=str(exc), status_code=409)
+        return self._back(request, task, f"retry of {task_id}")
+
+    async def cancel(self, request: Request) -> Response:
+        fields, refused = await self._posted(request)
+        if refused is not None:
+            return refused
+        task_id = request.path_params["task_id"]
+        try:
+            task = await self.actions.cancel(task_id, fields.get("reason") or None)
+        except TaskNotFound:
+            return self.render(request, "missing.html", 404, task_id=task_id)
+        except KeelError as exc:  # it completed or failed first
+            return await self.task(request, error=str(exc), status_code=409)
+        return self._back(request, task, "cancelled")
+
+
+def _nothing() -> None:
+    pass
+
+
+def ops_app(
+    store: Store,
+    *,
+    operator: str = LOCAL_OPERATOR,
+    on_ready: Callable[[], None] | None = None,
+    on_cancel: Callable[[str], None] | None = None,
+) -> Starlette:
+    """The console over ``store``; its actions are recorded as made by ``operator``.
+
+    ``on_ready`` / ``on_cancel`` wake this process's workers after an answer or a cancel
+    (``keel serve`` passes its app's event hub); the store tells other processes.
+    """
+    console = Console(
+        Actions(store, operator, on_ready or _nothing, on_cancel or (lambda _task_id: None))
+    )
+    return Starlette(
+        routes=[
+            Route("/", console.tasks, methods=["GET"], name="tasks"),
+            Route("/tasks/{task_id}", console.task, methods=["GET"], name="task"),
+            Route("/tasks/{task_id}/answer", console.answer, methods=["POST"], name="answer"),
+            Route("/tasks/{task_id}/cancel", console.cancel, methods=["POST"], name="cancel"),
+            Route("/tasks/{task_id}/retry", console.retry, methods=["POST"], name="retry"),
+        ]
+    )
+
+
+def standalone_app(store: Store, *, operator: str = LOCAL_OPERATOR) -> Starlette:
+    """What ``keel ops`` serves: the console at :data:`MOUNT`, and ``/`` leading there."""
+
+    async def home(request: Request) -> Response:
+        return RedirectResponse(f"{MOUNT}/", status_code=307)
+
+    return Starlette(routes=[Route("/", home), Mount(MOUNT, ops_app(store, operator=operator))])

@@ -1,0 +1,157 @@
+"""The operator console in a real browser: Debian's Chromium driven by Playwright, against
+a real ``keel serve`` (its workers run the tasks) on a loopback port.
+
+An operator opens /ops, finds the task waiting for input by its link, answers it through
+the form generated from its schema and sees it complete; then cancels a running task.
+A dead-lettered task is retried with Retry and the new task completes. Each page is
+screenshotted (into ``$KEEL_OPS_SCREENSHOTS`` too when it is set: that is
+how ``docs/ops-*.png`` are made).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from playwright.async_api import Browser, Page, async_playwright, expect
+
+from keel import Status
+from keel.store import SqliteStore
+
+from .servers import base_of, serving, until
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]  # a browser and a keel serve process
+
+CHROMIUM = Path("/usr/bin/chromium")
+INSTALLED = CHROMIUM.exists()
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+STEP = 15_000  # ms: the bound on any one thing the browser waits for
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Browser]:
+    """Chromium, headless, closed after the test (the test fails without it: CI installs it)."""
+    assert INSTALLED, "install Debian's chromium (apt-get install chromium)"
+    async with async_playwright() as driver:
+        launched = await driver.chromium.launch(
+            executable_path=str(CHROMIUM), headless=True, args=ARGS
+        )
+        try:
+            yield launched
+        finally:
+            await launched.close()
+
+
+async def _shot(page: Page, tmp_path: Path, name: str) -> None:
+    path = tmp_path / f"ops-{name}.png"
+    await page.screenshot(path=str(path), full_page=True)
+    keep = os.environ.get("KEEL_OPS_SCREENSHOTS")
+    if keep:
+        shutil.copy(path, Path(keep) / path.name)
+
+
+async def test_an_operator_answers_a_waiting_task_and_cancels_a_running_one(
+    tmp_path: Path, browser: Browser
+) -> None:
+    """List -> the waiting task's page -> Answer -> completed; a running task -> Cancel."""
+    db = tmp_path / "keel.db"
+    async with serving("serve", db, tmp_path) as server:
+        store = SqliteStore(db)
+        try:
+            done = await store.create(name="approve", arguments={"change": "deploy 41"})
+            await until(store, done.task_id, lambda t: t.status is Status.INPUT_REQUIRED)
+            await store.provide_input(
+                done.task_id, {"approval": {"decision": "reject", "replicas": 1}}
+            )
+            await until(store, done.task_id, lambda t: t.status.terminal)
+            spin = await store.create(name="spin", arguments={})
+            waiting = await store.create(name="approve", arguments={"change": "deploy 42"})
+            await until(store, waiting.task_id, lambda t: t.status is Status.INPUT_REQUIRED)
+            await until(store, spin.task_id, lambda t: t.lease_owner is not None)
+
+            page = await browser.new_page(viewport={"width": 1280, "height": 800})
+            page.set_default_timeout(STEP)
+            await page.goto(f"{base_of(server)}/ops")
+            await expect(page.locator("h1")).to_have_text("Tasks")
+            row = page.locator(f"tr[data-task-id='{waiting.task_id}']")
+            await expect(row).to_contain_text("input_required")
+            await expect(page.locator(f"tr[data-task-id='{done.task_id}']")).to_contain_text(
+                "completed"
+            )
+            await _shot(page, tmp_path, "tasks")
+
+            await row.get_by_role("link", name=waiting.task_id).click()
+            await expect(page).to_have_url(f"{base_of(server)}/ops/tasks/{waiting.task_id}")
+            await expect(page.locator("#status")).to_have_text("input_required")
+            form = page.locator("form.answer")
+            await form.locator("select[name='decision']").select_option("approve")
+            await form.locator("input[name='replicas']").fill("3")
+            await form.locator("select[name='page_oncall']").select_option("true")
+            await _shot(page, tmp_path, "task-input")
+            await form.get_by_role("button", name="Answer").click()
+            await expect(page.locator(".notice")).to_have_text("answered")
+
+            finished = await until(store, waiting.task_id, lambda t: t.status.terminal)
+            assert finished.status is Status.COMPLETED
+            await page.reload()
+            await expect(page.locator("#status")).to_have_text("completed")
+            await expect(page.locator("#result")).to_contain_text('"replicas": 3')
+            await expect(page.locator("ol.timeline")).to_contain_text("local operator")
+            await _shot(page, tmp_path, "task-completed")
+
+            await page.goto(f"{base_of(server)}/ops/?status=working")
+            await page.get_by_role("link", name=spin.task_id).click()
+            await expect(page.locator("#status")).to_have_text("working")
+            await expect(page.locator("#status-message")).to_have_text("spinning")
+            await page.get_by_role("button", name="Cancel").click()
+            await expect(page.locator("#status")).to_have_text("cancelled")
+            await _shot(page, tmp_path, "task-cancelled")
+            cancelled = await store.get(spin.task_id)
+            assert cancelled.status is Status.CANCELLED
+            assert (await store.history(spin.task_id))[-1].actor == "local operator"
+        finally:
+            await store.close()
+
+
+async def test_an_operator_retries_a_dead_lettered_task(tmp_path: Path, browser: Browser) -> None:
+    """Failed -> Retry -> the new task's page (linked to the old) -> it completes."""
+    db = tmp_path / "keel.db"
+    blocker = tmp_path / "blocker"
+    blocker.write_text("the upstream is down")
+    async with serving("serve", db, tmp_path) as server:
+        store = SqliteStore(db)
+        try:
+            task = await store.create(name="flaky", arguments={"blocker": str(blocker)})
+            dead = await until(store, task.task_id, lambda t: t.status.terminal)
+            assert dead.status is Status.FAILED
+            page = await browser.new_page(viewport={"width": 1280, "height": 800})
+            page.set_default_timeout(STEP)
+            await page.goto(f"{base_of(server)}/ops/?status=failed")
+            await page.get_by_role("link", name=task.task_id).click()
+            await expect(page.locator("#error")).to_contain_text("blocked by blocker")
+            await _shot(page, tmp_path, "task-failed")
+            blocker.unlink()
+            await page.get_by_role("button", name="Retry").click()
+            await expect(page.locator(".notice")).to_contain_text(f"retry of {task.task_id}")
+            new_id = page.url.split("/tasks/")[1].split("?")[0]
+            assert new_id != task.task_id
+            finished = await until(store, new_id, lambda t: t.status.terminal)
+            assert finished.status is Status.COMPLETED
+            await page.reload()
+            await expect(page.locator("#status")).to_have_text("completed")
+            await page.locator("ol.timeline").get_by_role("link", name=task.task_id).click()
+            await expect(page.locator("#status")).to_have_text("failed")
+            await expect(page.locator("ol.timeline")).to_contain_text(f"retried as {new_id}")
+        finally:
+            await store.close()

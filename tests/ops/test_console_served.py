@@ -1,0 +1,76 @@
+"""The console served by real processes: ``keel serve`` mounts it at /ops beside /mcp
+(its workers run what the console answers), ``keel ops`` serves it alone, and neither
+serves it off loopback.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+from click.testing import CliRunner
+
+from keel import Status
+from keel.cli.app import cli
+from keel.store import SqliteStore
+
+from .page import Page
+from .servers import base_of, serving, until
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]  # real keel processes
+
+
+async def test_keel_serve_mounts_the_console_and_its_workers_run_the_answer(
+    tmp_path: Path,
+) -> None:
+    """An answer through /ops resumes the task; keel serve's worker completes it."""
+    db = tmp_path / "keel.db"
+    async with serving("serve", db, tmp_path) as server:
+        store = SqliteStore(db)
+        try:
+            task = await store.create(name="approve", arguments={"change": "deploy 42"})
+            await until(store, task.task_id, lambda t: t.status is Status.INPUT_REQUIRED)
+            async with httpx.AsyncClient(base_url=base_of(server)) as http:
+                page = Page((await http.get(f"/ops/tasks/{task.task_id}")).text)
+                form = page.form_with("Answer")
+                values = {**form.fields, "decision": "approve", "replicas": "3"}
+                done = await http.post(form.action, data=values)
+                assert done.status_code == 303, done.text
+                mcp = await http.get("/mcp")
+                assert mcp.status_code != 404  # the MCP endpoint is still there, apart
+            finished = await until(store, task.task_id, lambda t: t.status.terminal)
+            assert finished.status is Status.COMPLETED
+            assert finished.result is not None
+            assert finished.result["structuredContent"] == {
+                "change": "deploy 42",
+                "decision": "approve",
+                "replicas": 3,
+            }
+        finally:
+            await store.close()
+
+
+async def test_keel_ops_serves_the_console_alone(tmp_path: Path) -> None:
+    """``keel ops --store`` lists the store's tasks at /ops and exits 0 on SIGTERM."""
+    db = tmp_path / "keel.db"
+    store = SqliteStore(db)
+    try:
+        task = await store.create(name="approve", arguments={"change": "x"})
+    finally:
+        await store.close()
+    async with serving("ops", db, tmp_path) as server, httpx.AsyncClient() as http:
+        listed = await http.get(f"{base_of(server)}/", follow_redirects=True)
+        assert listed.status_code == 200
+        assert (f"/ops/tasks/{task.task_id}", task.task_id) in Page(listed.text).links
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "192.0.2.10", "example.com"])
+def test_keel_ops_refuses_to_listen_off_loopback(tmp_path: Path, host: str) -> None:
+    """One ``keel: error:`` line naming the host, exit 1, before any store is opened."""
+    result = CliRunner().invoke(cli, ["ops", "--store", str(tmp_path / "k.db"), "--host", host])
+    assert result.exit_code == 1
+    assert result.output.count("\n") == 1
+    assert result.output.startswith("keel: error: the operator console listens on loopback only")
+    assert f"not {host}" in result.output
+    assert not (tmp_path / "k.db").exists()
