@@ -129,6 +129,14 @@ PART_A: tuple[Requirement, ...] = (
         f"A4 {_V1} §Task Status Notification, A5",
     ),
     Requirement(
+        "A4.6",
+        "MAY",
+        "A session that asked tasks/get for a task gets notifications/tasks/status (the "
+        "full Task) on its own channel (the GET stream) on each committed change after "
+        "that, until the task ends, without waiting in tasks/result.",
+        f"A4 {_V1} §Task Status Notification; issue 16 item 2",
+    ),
+    Requirement(
         "A5.1",
         "MUST",
         "The tasks/result answer carries _meta io.modelcontextprotocol/related-task {taskId}.",
