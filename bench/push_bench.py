@@ -14,10 +14,14 @@ that first shows it. Two set-ups, each measured both ways:
   change log. Timestamps are ``time.monotonic()``, system-wide on Linux.
 
     uv run python bench/push_bench.py                 # 200 samples per cell
-    uv run python bench/push_bench.py --samples 50
+    uv run python bench/push_bench.py --samples 50 --streams 0
+
+It also opens ``--streams`` listen streams (default 1,000, one task each) on a real
+``keel serve --no-worker`` and reads the server's RSS before and after.
 
 Prints a table and writes JSON (``--out``, default ``bench/results/push_bench.json``).
-Targets (issue 16): p99 <= 50 ms in one process, <= 250 ms across processes on SQLite.
+Targets (issue 16): p99 <= 50 ms in one process, <= 250 ms across processes on SQLite;
+1,000 open listen streams on one front end hold <= 200 MB RSS.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import json
 import logging
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -36,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.abc
 import httpx2
 import uvicorn
 
@@ -241,6 +247,100 @@ async def cell(setup: str, client: Client, samples: int, gap: float) -> dict[str
     }
 
 
+def rss_mb(pid: int) -> float:
+    """The resident set of process ``pid``, in MB (Linux)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS")
+
+
+async def answering(url: str, process: anyio.abc.Process) -> None:
+    """Wait (bounded) until the server answers a request."""
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": META}}
+    with anyio.fail_after(60):
+        while True:
+            if process.returncode is not None:
+                raise RuntimeError(f"keel serve exited with {process.returncode}")
+            try:
+                async with httpx2.AsyncClient(timeout=5) as http:
+                    response = await http.post(
+                        url, content=json.dumps(body), headers=headers("tools/list")
+                    )
+                if response.status_code == 200:
+                    return
+            except httpx2.TransportError:
+                pass
+            await anyio.sleep(0.1)
+
+
+async def streams_rss(n: int) -> dict[str, Any]:
+    """RSS of a ``keel serve --no-worker`` before and with ``n`` open listen streams."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "keel.db"
+        store = SqliteStore(path)
+        task_ids = [(await store.create(arguments={})).task_id for _ in range(n)]
+        await store.close()
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = int(probe.getsockname()[1])
+        keel = Path(sys.executable).parent / "keel"
+        argv = [str(keel), "serve", "--app", "conformance", "--no-worker", "--store", str(path)]
+        argv += ["--data-dir", f"{folder}/data", "--port", str(port)]
+        process = await anyio.open_process(
+            argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        try:
+            url = f"http://127.0.0.1:{port}/mcp"
+            await answering(url, process)
+            idle = rss_mb(process.pid)
+            opened = 0
+            all_open = anyio.Event()
+            limits = httpx2.Limits(max_connections=n + 10, max_keepalive_connections=n + 10)
+            timeout = httpx2.Timeout(60, read=None)
+
+            async def hold(http: httpx2.AsyncClient, task_id: str) -> None:
+                nonlocal opened
+                body = {
+                    "jsonrpc": "2.0",
+                    "id": task_id,
+                    "method": "subscriptions/listen",
+                    "params": {"notifications": {"taskIds": [task_id]}, "_meta": META},
+                }
+                async with http.stream(
+                    "POST", url, content=json.dumps(body), headers=headers("subscriptions/listen")
+                ) as response:
+                    async for line in response.aiter_lines():
+                        if '"notifications/tasks"' in line:  # the task's state: fully open
+                            opened += 1
+                            if opened == n:
+                                all_open.set()
+
+            started = time.monotonic()
+            async with (
+                httpx2.AsyncClient(limits=limits, timeout=timeout) as http,
+                anyio.create_task_group() as tg,
+            ):
+                for task_id in task_ids:
+                    tg.start_soon(hold, http, task_id)
+                with anyio.fail_after(300):
+                    await all_open.wait()
+                opening = time.monotonic() - started
+                held = rss_mb(process.pid)
+                tg.cancel_scope.cancel()
+        finally:
+            process.terminate()
+            with anyio.fail_after(30):
+                await process.wait()
+    return {
+        "streams": n,
+        "rss_idle_mb": round(idle, 1),
+        "rss_with_streams_mb": round(held, 1),
+        "kb_per_stream": round((held - idle) * 1024 / n, 1),
+        "seconds_to_open_all": round(opening, 2),
+    }
+
+
 async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     return [
         await cell(setup, client, args.samples, args.gap)
@@ -253,9 +353,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=200, help="writes per cell")
     parser.add_argument("--gap", type=float, default=0.02, help="seconds between writes")
+    parser.add_argument("--streams", type=int, default=1000, help="listen streams held (0: skip)")
     parser.add_argument("--out", default="bench/results/push_bench.json")
     args = parser.parse_args()
     rows = anyio.run(run, args)
+    held = anyio.run(streams_rss, args.streams) if args.streams else None
     print(f"{'setup':<18} {'client':<12} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'seen':>6}")
     for r in rows:
         print(
@@ -275,8 +377,21 @@ def main() -> None:
             "measured": f"{push['across processes']['p99_ms']} ms",
         },
     ]
+    if held is not None:
+        print(
+            f"\n{held['streams']} listen streams on keel serve: RSS {held['rss_idle_mb']} MB "
+            f"idle -> {held['rss_with_streams_mb']} MB ({held['kb_per_stream']} KB a stream; "
+            f"all open in {held['seconds_to_open_all']} s)"
+        )
+        checks.append(
+            {
+                "target": f"{held['streams']} listen streams on one front end <= 200 MB RSS",
+                "ok": held["rss_with_streams_mb"] <= 200,
+                "measured": f"{held['rss_with_streams_mb']} MB",
+            }
+        )
     print_targets(checks)
-    out = write_results(args.out, "push_bench", args, rows=rows, targets=checks)
+    out = write_results(args.out, "push_bench", args, rows=rows, streams=held, targets=checks)
     print(f"\nwrote {out}")
 
 

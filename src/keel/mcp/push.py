@@ -306,7 +306,9 @@ class TaskPush:
         core, task_ids = _requested(ctx.params)
         if task_ids is not None:
             require_client_extension(ctx, TASKS_EXTENSION)  # -32021
-        if not self._running:
+        if not self._running:  # no lifespan of ours: the SDK serves the core events
+            if task_ids is None:
+                return await call_next(ctx)
             raise MCPError(INTERNAL_ERROR, "task notifications are not running on this server")
         if len(self._streams) >= MAX_STREAMS:
             raise MCPError(INTERNAL_ERROR, "Subscription limit reached")
