@@ -11,10 +11,13 @@ that first shows it. Two set-ups, each measured both ways:
   ``keel serve`` with in-process workers case; one event loop for all);
 * **across processes**: the writer is another process on the same file (a ``keel
   worker``'s commits reaching a front end): the server learns of it through the store's
-  change log. Timestamps are ``time.monotonic()``, system-wide on Linux.
+  change log. Timestamps are ``time.monotonic()``, system-wide on Linux;
+* **across processes on PostgreSQL** (``--postgres URL``): the same, on a fresh schema,
+  the change reaching the server by ``NOTIFY``.
 
     uv run python bench/push_bench.py                 # 200 samples per cell
     uv run python bench/push_bench.py --samples 50 --streams 0
+    uv run python bench/push_bench.py --postgres postgresql://postgres@127.0.0.1:5432/test
 
 It also opens ``--streams`` listen streams (default 1,000, one task each) on a real
 ``keel serve --no-worker`` and reads the server's RSS before and after.
@@ -29,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import secrets
 import socket
 import statistics
 import subprocess
@@ -48,7 +52,7 @@ import uvicorn
 from _report import print_targets, write_results
 from keel.mcp.serving import app_server
 from keel.runtime import Keel
-from keel.store import SqliteStore
+from keel.store import SqliteStore, open_store
 
 VERSION = "2026-07-28"
 POLL = 0.010  # seconds between two polls of the polling client
@@ -61,10 +65,10 @@ META = {
 }
 WRITER = """
 import sys, time, anyio
-from keel.store import SqliteStore
+from keel.store import open_store
 
 async def main(path, task_id, samples, gap):
-    store = SqliteStore(path)
+    store = open_store(path)
     await store.get(task_id)
     print("ready", flush=True)
     sys.stdin.readline()
@@ -192,9 +196,9 @@ async def in_process(app: Keel, task_id: str, samples: int, gap: float) -> Commi
     return committed
 
 
-async def other_process(path: Path, task_id: str, samples: int, gap: float) -> Committed:
+async def other_process(path: str, task_id: str, samples: int, gap: float) -> Committed:
     committed: Committed = {}
-    argv = [sys.executable, "-c", WRITER, str(path), task_id, str(samples), str(gap)]
+    argv = [sys.executable, "-c", WRITER, path, task_id, str(samples), str(gap)]
     async with await anyio.open_process(argv) as writer:
         assert writer.stdin is not None
         assert writer.stdout is not None
@@ -213,11 +217,15 @@ async def other_process(path: Path, task_id: str, samples: int, gap: float) -> C
     return committed
 
 
-async def cell(setup: str, client: Client, samples: int, gap: float) -> dict[str, Any]:
-    """One measurement: a fresh store and server, one client, ``samples`` writes."""
+async def cell(
+    setup: str, client: Client, samples: int, gap: float, postgres: str | None = None
+) -> dict[str, Any]:
+    """One measurement: a fresh store and server, one client, ``samples`` writes (on a
+    fresh schema of ``postgres`` if given, else a SQLite file)."""
     with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "keel.db"
-        app = Keel(SqliteStore(path))
+        schema = f"push_bench_{secrets.token_hex(4)}"
+        path = f"{postgres}?schema={schema}" if postgres else str(Path(folder) / "keel.db")
+        app = Keel(open_store(path))
         task = await app.store.create(arguments={})
         seen: Seen = {}
         async with serving(app) as url, anyio.create_task_group() as tg:
@@ -233,6 +241,8 @@ async def cell(setup: str, client: Client, samples: int, gap: float) -> dict[str
                     await anyio.sleep(0.01)
             tg.cancel_scope.cancel()
         await app.close()
+        if postgres:
+            drop_schema(postgres, schema)
     latencies = sorted(
         (seen[n] - committed[n]) * 1000 for n in committed if n in seen and seen[n] >= 0
     )
@@ -341,27 +351,43 @@ async def streams_rss(n: int) -> dict[str, Any]:
     }
 
 
+def drop_schema(url: str, schema: str) -> None:
+    import psycopg  # only with --postgres
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
 async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
-    return [
+    rows = [
         await cell(setup, client, args.samples, args.gap)
         for setup in ("one process", "across processes")
         for client in (listen, poll)
     ]
+    if args.postgres:
+        rows += [
+            await cell("across (PostgreSQL)", client, args.samples, args.gap, args.postgres)
+            for client in (listen, poll)
+        ]
+    return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=200, help="writes per cell")
     parser.add_argument("--gap", type=float, default=0.02, help="seconds between writes")
+    parser.add_argument(
+        "--postgres", default="", help="also across processes on this PostgreSQL database URL"
+    )
     parser.add_argument("--streams", type=int, default=1000, help="listen streams held (0: skip)")
     parser.add_argument("--out", default="bench/results/push_bench.json")
     args = parser.parse_args()
     rows = anyio.run(run, args)
     held = anyio.run(streams_rss, args.streams) if args.streams else None
-    print(f"{'setup':<18} {'client':<12} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'seen':>6}")
+    print(f"{'setup':<20} {'client':<12} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'seen':>6}")
     for r in rows:
         print(
-            f"{r['setup']:<18} {r['client']:<12} {r['p50_ms']:>8} {r['p99_ms']:>8} "
+            f"{r['setup']:<20} {r['client']:<12} {r['p50_ms']:>8} {r['p99_ms']:>8} "
             f"{r['max_ms']:>8} {r['received']:>3}/{r['samples']}"
         )
     push = {r["setup"]: r for r in rows if r["client"] == "push"}
@@ -388,6 +414,14 @@ def main() -> None:
                 "target": f"{held['streams']} listen streams on one front end <= 200 MB RSS",
                 "ok": held["rss_with_streams_mb"] <= 200,
                 "measured": f"{held['rss_with_streams_mb']} MB",
+            }
+        )
+    if "across (PostgreSQL)" in push:
+        checks.append(
+            {
+                "target": "push p99 <= 100 ms across processes on PostgreSQL",
+                "ok": push["across (PostgreSQL)"]["p99_ms"] <= 100,
+                "measured": f"{push['across (PostgreSQL)']['p99_ms']} ms",
             }
         )
     print_targets(checks)
