@@ -74,3 +74,23 @@ def test_keel_ops_refuses_to_listen_off_loopback(tmp_path: Path, host: str) -> N
     assert result.output.startswith("keel: error: the operator console listens on loopback only")
     assert f"not {host}" in result.output
     assert not (tmp_path / "k.db").exists()
+
+
+def test_keel_ops_check_and_a_port_in_use(tmp_path: Path) -> None:
+    """--check opens the store, says where it would listen, exits 0; a taken port is one
+    ``keel: error:`` line (uvicorn's own failure would be exit 3 and a log)."""
+    import socket
+
+    db = str(tmp_path / "k.db")
+    checked = CliRunner().invoke(cli, ["ops", "--store", db, "--port", "8123", "--check"])
+    assert checked.exit_code == 0, checked.output
+    assert "keel ops: operator console at http://127.0.0.1:8123/ops/" in checked.output
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        result = CliRunner().invoke(cli, ["ops", "--store", db, "--port", port])
+    assert result.exit_code == 1
+    assert result.output.splitlines()[-1].startswith(
+        f"keel: error: cannot listen on 127.0.0.1:{port}"
+    )

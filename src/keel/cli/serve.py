@@ -51,7 +51,7 @@ from keel.store import ENV_VAR, Location, parse_location
 if TYPE_CHECKING:
     from keel.mcp.serving import Served, ServeSettings
 
-__all__ = ["BUILT_IN", "OWN_KEYS", "AppModule", "serve", "served_apps"]
+__all__ = ["BUILT_IN", "OWN_KEYS", "AppModule", "check_port", "serve", "served_apps"]
 
 BUILT_IN = {"bridge": "keel.bridge", "conformance": "keel.conformance"}
 """The apps served by name: each a module with ``build_server`` (see keel.mcp.serving)."""
@@ -376,7 +376,7 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
         served.app.use_store(served.app.location, timeout=store_timeout)
     verify(served.app.store)  # open the store now: one clear error if it cannot be served from
     if transport == "http" and not check:
-        _check_port(host, port)
+        check_port(host, port)
     endpoint = "stdio" if transport == "stdio" else f"http://{host}:{port}/mcp"
     if transport == "http" and port == 0:  # the system picks; uvicorn's line names it
         endpoint = f"http://{host}:<a free port, in the 'running on' line below>/mcp"
@@ -461,7 +461,7 @@ def _build(
     return served
 
 
-def _check_port(host: str, port: int) -> None:
+def check_port(host: str, port: int) -> None:
     """Fail with one clear line if the address cannot be listened on (before uvicorn
     would, with a log line and exit code 3)."""
     try:
