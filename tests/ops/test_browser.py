@@ -1,8 +1,9 @@
 """The operator console in a real browser: Debian's Chromium driven by Playwright, against
 a real ``keel serve`` (its workers run the tasks) on a loopback port.
 
-An operator opens /ops, finds the task waiting for input by its link, answers it through
-the form generated from its schema and sees it complete; then cancels a running task.
+An operator opens /ops (a task created meanwhile appears on it live), finds the task
+waiting for input by its link, answers it through the form generated from its schema
+and sees it complete live (server-sent events, no reload); then cancels a running task.
 A dead-lettered task is retried with Retry and the new task completes. Each page is
 screenshotted (into ``$KEEL_OPS_SCREENSHOTS`` too when it is set: that is
 how ``docs/ops-*.png`` are made).
@@ -90,6 +91,13 @@ async def test_an_operator_answers_a_waiting_task_and_cancels_a_running_one(
                 "completed"
             )
             await _shot(page, tmp_path, "tasks")
+            newer = await store.create(name="approve", arguments={"change": "deploy 43"})
+            # Live: the open list shows it, from the change feed, without a reload.
+            await expect(page.locator(f"tr[data-task-id='{newer.task_id}']")).to_be_visible()
+            await store.cancel(newer.task_id, reason="not today")
+            await expect(page.locator(f"tr[data-task-id='{newer.task_id}']")).to_contain_text(
+                "cancelled"
+            )
 
             await row.get_by_role("link", name=waiting.task_id).click()
             await expect(page).to_have_url(f"{base_of(server)}/ops/tasks/{waiting.task_id}")
@@ -104,7 +112,7 @@ async def test_an_operator_answers_a_waiting_task_and_cancels_a_running_one(
 
             finished = await until(store, waiting.task_id, lambda t: t.status.terminal)
             assert finished.status is Status.COMPLETED
-            await page.reload()
+            # Live: the open page turns completed by itself (no reload).
             await expect(page.locator("#status")).to_have_text("completed")
             await expect(page.locator("#result")).to_contain_text('"replicas": 3')
             await expect(page.locator("ol.timeline")).to_contain_text("local operator")
@@ -148,7 +156,6 @@ async def test_an_operator_retries_a_dead_lettered_task(tmp_path: Path, browser:
             assert new_id != task.task_id
             finished = await until(store, new_id, lambda t: t.status.terminal)
             assert finished.status is Status.COMPLETED
-            await page.reload()
             await expect(page.locator("#status")).to_have_text("completed")
             await page.locator("ol.timeline").get_by_role("link", name=task.task_id).click()
             await expect(page.locator("#status")).to_have_text("failed")

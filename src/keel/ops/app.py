@@ -27,6 +27,7 @@ from keel.model import Status, Task
 from keel.ops.actions import Actions
 from keel.ops.csrf import FIELD, check, remember, token_for
 from keel.ops.forms import fields_of, value_of
+from keel.ops.live import events
 from keel.store import Store
 from keel.store.browse import TaskFilter
 
@@ -167,6 +168,9 @@ class Console:
             error=None,
         )
 
+    async def events(self, request: Request) -> Response:
+        return events(self.store, request)
+
     async def task(self, request: Request, **context: Any) -> Response:
         task_id = request.path_params["task_id"]
         try:
@@ -273,6 +277,7 @@ def ops_app(
     return Starlette(
         routes=[
             Route("/", console.tasks, methods=["GET"], name="tasks"),
+            Route("/events", console.events, methods=["GET"], name="events"),
             Route("/tasks/{task_id}", console.task, methods=["GET"], name="task"),
             Route("/tasks/{task_id}/answer", console.answer, methods=["POST"], name="answer"),
             Route("/tasks/{task_id}/cancel", console.cancel, methods=["POST"], name="cancel"),
