@@ -132,8 +132,11 @@ async def test_an_operator_answers_a_waiting_task_and_cancels_a_running_one(
             await store.close()
 
 
-async def test_an_operator_retries_a_dead_lettered_task(tmp_path: Path, browser: Browser) -> None:
-    """Failed -> Retry -> the new task's page (linked to the old) -> it completes."""
+async def test_an_operator_retries_a_dead_lettered_task_and_bulk_cancels(
+    tmp_path: Path, browser: Browser
+) -> None:
+    """Failed -> Retry -> the new task's page (linked to the old) -> it completes; then
+    the waiting tasks of one change cancelled at once, after the dry-run count."""
     db = tmp_path / "keel.db"
     blocker = tmp_path / "blocker"
     blocker.write_text("the upstream is down")
@@ -160,5 +163,20 @@ async def test_an_operator_retries_a_dead_lettered_task(tmp_path: Path, browser:
             await page.locator("ol.timeline").get_by_role("link", name=task.task_id).click()
             await expect(page.locator("#status")).to_have_text("failed")
             await expect(page.locator("ol.timeline")).to_contain_text(f"retried as {new_id}")
+
+            waiting = [
+                await store.create(name="approve", arguments={"change": f"batch {n}"})
+                for n in range(3)
+            ]
+            for one in waiting:
+                await until(store, one.task_id, lambda t: t.status is Status.INPUT_REQUIRED)
+            await page.goto(f"{base_of(server)}/ops/?name=approve&status=input_required")
+            await page.get_by_role("button", name="Cancel matching tasks…").click()
+            await expect(page.locator("#count")).to_have_text("Dry run: 3 live tasks match.")
+            await _shot(page, tmp_path, "bulk-cancel")
+            await page.get_by_role("button", name="Cancel 3 tasks").click()
+            await expect(page.locator("#outcome")).to_have_text("Cancelled 3 tasks.")
+            for one in waiting:
+                assert (await store.get(one.task_id)).status is Status.CANCELLED
         finally:
             await store.close()
