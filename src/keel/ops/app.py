@@ -27,6 +27,7 @@ from keel.errors import InputRejected, InvalidPayload, KeelError, TaskNotFound
 from keel.model import Status, Task
 from keel.ops.actions import Actions
 from keel.ops.bulk import MAX_BULK, cancel_all, live_matching
+from keel.ops.counts import CachedCounts
 from keel.ops.csrf import FIELD, check, remember, token_for
 from keel.ops.forms import fields_of, value_of
 from keel.ops.live import events
@@ -129,6 +130,7 @@ class Console:
     def __init__(self, actions: Actions) -> None:
         self.actions = actions
         self.store: Store = actions.store
+        self.counts = CachedCounts(self.store)
 
     def render(
         self, request: Request, template: str, status_code: int = 200, **context: Any
@@ -148,7 +150,7 @@ class Console:
 
     async def tasks(self, request: Request) -> Response:
         query = dict(request.query_params)
-        counts = await self.store.counts()
+        counts, age = await self.counts.get()
         try:
             where = _filter_of(query)
             page = await self.store.browse(
@@ -156,7 +158,14 @@ class Console:
             )
         except InvalidPayload as exc:
             return self.render(
-                request, "tasks.html", 400, query=query, counts=counts, tasks=(), error=str(exc)
+                request,
+                "tasks.html",
+                400,
+                query=query,
+                counts=counts,
+                counts_age=age,
+                tasks=(),
+                error=str(exc),
             )
         more = None
         if page.next_cursor is not None:
@@ -166,6 +175,7 @@ class Console:
             "tasks.html",
             query=query,
             counts=counts,
+            counts_age=age,
             tasks=page.tasks,
             next_url=more,
             error=None,
