@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -63,7 +64,7 @@ async def _shot(page: Page, tmp_path: Path, name: str) -> None:
 
 
 async def test_an_operator_answers_a_waiting_task_and_cancels_a_running_one(
-    tmp_path: Path, browser: Browser
+    tmp_path: Path, browser: Browser, record_property: Callable[[str, object], None]
 ) -> None:
     """List -> the waiting task's page -> Answer -> completed; a running task -> Cancel."""
     db = tmp_path / "keel.db"
@@ -91,9 +92,11 @@ async def test_an_operator_answers_a_waiting_task_and_cancels_a_running_one(
                 "completed"
             )
             await _shot(page, tmp_path, "tasks")
+            began = time.monotonic()
             newer = await store.create(name="approve", arguments={"change": "deploy 43"})
             # Live: the open list shows it, from the change feed, without a reload.
             await expect(page.locator(f"tr[data-task-id='{newer.task_id}']")).to_be_visible()
+            record_property("new_task_on_open_list_s", round(time.monotonic() - began, 3))
             await store.cancel(newer.task_id, reason="not today")
             await expect(page.locator(f"tr[data-task-id='{newer.task_id}']")).to_contain_text(
                 "cancelled"
