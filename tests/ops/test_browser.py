@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -39,6 +39,7 @@ ARGS = [
     "--no-first-run",
 ]
 STEP = 15_000  # ms: the bound on any one thing the browser waits for
+LIVE_WITHIN = 3.0  # seconds a change may take to show on an open page (target: 1 s)
 
 
 @pytest.fixture
@@ -64,7 +65,7 @@ async def _shot(page: Page, tmp_path: Path, name: str) -> None:
 
 
 async def test_an_operator_answers_a_waiting_task_and_cancels_a_running_one(
-    tmp_path: Path, browser: Browser, record_property: Callable[[str, object], None]
+    tmp_path: Path, browser: Browser
 ) -> None:
     """List -> the waiting task's page -> Answer -> completed; a running task -> Cancel."""
     db = tmp_path / "keel.db"
@@ -96,7 +97,10 @@ async def test_an_operator_answers_a_waiting_task_and_cancels_a_running_one(
             newer = await store.create(name="approve", arguments={"change": "deploy 43"})
             # Live: the open list shows it, from the change feed, without a reload.
             await expect(page.locator(f"tr[data-task-id='{newer.task_id}']")).to_be_visible()
-            record_property("new_task_on_open_list_s", round(time.monotonic() - began, 3))
+            shown_after = time.monotonic() - began
+            assert shown_after < LIVE_WITHIN, f"a new task took {shown_after:.2f} s to show"
+            if os.environ.get("KEEL_OPS_SCREENSHOTS"):  # the run that makes docs/ reports it
+                print(f"a new task appeared on the open list after {shown_after:.3f} s")
             await store.cancel(newer.task_id, reason="not today")
             await expect(page.locator(f"tr[data-task-id='{newer.task_id}']")).to_contain_text(
                 "cancelled"
