@@ -129,3 +129,23 @@ async def _data(lines: AsyncIterator[str]) -> str:
         elif line.startswith("data: ") and event == "change":
             return line.removeprefix("data: ")
     raise AssertionError("the stream ended")
+
+
+@pytest.mark.parametrize(
+    ("host", "line"),
+    [
+        ("127.0.0.1", "  console: http://127.0.0.1:8765/ops/"),
+        ("0.0.0.0", "  console: off (0.0.0.0 is not loopback; the console has no sign-in yet)"),
+    ],
+)
+def test_keel_serve_names_the_console_or_says_it_is_off(
+    tmp_path: Path, host: str, line: str
+) -> None:
+    """keel serve's startup message: where the console is on loopback; off elsewhere."""
+    result = CliRunner().invoke(
+        cli,
+        ["serve", "--app", "ops.apps.console_app:app", "--store", str(tmp_path / "k.db"),
+         "--host", host, "--port", "8765", "--check"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert line in result.output.splitlines()
