@@ -59,7 +59,7 @@ from keel.store import ENV_VAR, Location, parse_location
 if TYPE_CHECKING:
     from keel.mcp.serving import Served, ServeSettings
 
-__all__ = ["BUILT_IN", "OWN_KEYS", "AppModule", "serve", "served_apps"]
+__all__ = ["BUILT_IN", "OWN_KEYS", "AppModule", "check_port", "serve", "served_apps"]
 
 BUILT_IN = {"bridge": "keel.bridge", "conformance": "keel.conformance"}
 """The apps served by name: each a module with ``build_server`` (see keel.mcp.serving)."""
@@ -456,7 +456,7 @@ def _endpoint(transport: str, host: str, port: int, *, check: bool) -> str:
     if transport == "stdio":
         return "stdio"
     if not check:
-        _check_port(host, port)
+        check_port(host, port)
     if port == 0:  # the system picks; uvicorn's line names it
         return f"http://{host}:<a free port, in the 'running on' line below>/mcp"
     return f"http://{host}:{port}/mcp"
@@ -515,7 +515,7 @@ def _build(
     return served
 
 
-def _check_port(host: str, port: int) -> None:
+def check_port(host: str, port: int) -> None:
     """Fail with one clear line if the address cannot be listened on (before uvicorn
     would, with a log line and exit code 3)."""
     try:
