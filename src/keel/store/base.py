@@ -39,6 +39,10 @@ __all__ = [
 T = TypeVar("T")
 
 MAX_CLAIM_BATCH = 100
+TRACE_STEP = "keel:trace-context"
+"""The step record that keeps a task's trace context (the W3C ``traceparent`` of the
+span that created it): written with the task, read by :meth:`TxStore.trace_context`,
+left out of :meth:`TxStore.steps`. Step names starting ``keel:`` are Keel's."""
 """Claims are bounded: a long claim transaction blocks every other writer."""
 
 MUTABLE_COLUMNS = (
@@ -351,9 +355,26 @@ class TxStore:
     async def steps(self, task_id: str, *, owner: str | None = None) -> Mapping[str, JsonValue]:
         def op(tx: Tx) -> dict[str, JsonValue]:
             _require(tx, task_id, owner)
-            return tx.get_steps(task_id)
+            steps = tx.get_steps(task_id)
+            steps.pop(TRACE_STEP, None)
+            return steps
 
         return await self._run(Op(op, _named(task_id)), write=False)
+
+    async def trace_context(self, task_id: str) -> dict[str, str] | None:
+        """The trace context the task was created with (W3C ``traceparent`` and
+        ``tracestate``), if it was created inside a recorded span.
+
+        Raises:
+            TaskNotFound: no such task.
+        """
+
+        def op(tx: Tx) -> JsonValue:
+            _require(tx, task_id)
+            return tx.get_steps(task_id).get(TRACE_STEP)
+
+        carrier = await self._run(Op(op, _named(task_id)), write=False)
+        return carrier if isinstance(carrier, dict) else None
 
     # --- client writes -------------------------------------------------------------
 
@@ -369,6 +390,7 @@ class TxStore:
         max_attempts: int = 1,
         actor: str = "client",
         input_responses: Mapping[str, JsonValue] | None = None,
+        trace_context: Mapping[str, str] | None = None,
     ) -> Task:
         if not isinstance(owner, str):
             raise InvalidPayload(f"owner must be a string, not {owner!r}")
@@ -399,6 +421,8 @@ class TxStore:
             tx.insert(change.task)
             assert change.event is not None
             tx.append(change.event)
+            if trace_context:
+                tx.put_step(task_id, TRACE_STEP, _dumps(dict(trace_context)), change.event.at)
             return change.task
 
         return await self._write(Op(op), "create")
