@@ -139,7 +139,9 @@ async def test_a_trace_context_is_kept_with_the_task_and_out_of_its_steps(
     task = await store.create(name="job", idempotency_key="t", trace_context=carrier)
     again = {"traceparent": "00-11111111111111111111111111111111-2222222222222222-01"}
     await store.create(name="job", idempotency_key="t", trace_context=again)
-    assert await store.trace_context(task.task_id) == carrier
+    assert await store.trace_contexts([task.task_id]) == {task.task_id: carrier}
     assert await store.steps(task.task_id) == {}
     plain = await store.create(name="job")
-    assert await store.trace_context(plain.task_id) is None
+    found = await store.trace_contexts([plain.task_id, task.task_id, "no-such-task"])
+    assert found == {task.task_id: carrier}
+    assert await store.trace_contexts([]) == {}

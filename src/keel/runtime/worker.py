@@ -275,6 +275,7 @@ class Worker:
             if free > 0:
                 turn = (turn + 1) % max(len(groups), 1)  # no group waits behind others
                 claimed = await self._claim(store, groups[turn:] + groups[:turn], free)
+            parents = await self._trace_parents(claimed)
             for task in claimed:
                 if self.stopping:  # the claim committed as we stopped: give it straight back
                     await self._release(task, SHUTTING_DOWN)
@@ -282,7 +283,7 @@ class Worker:
                 stale = self._running.get(task.task_id)
                 if stale is not None:  # our own earlier attempt lost its lease: stop it
                     stale.stop("task was taken over by another attempt")
-                attempt = _Attempt(task)
+                attempt = _Attempt(task, trace_parent=parents.get(task.task_id))
                 self._running[task.task_id] = attempt
                 tg.start_soon(self._run_attempt, attempt)
             if claimed and self._busy < self.concurrency:
@@ -426,9 +427,7 @@ class Worker:
         cancelled, or a stop reason set while it ran) is :class:`Stopped`, whatever the
         handler did meanwhile."""
         outcome: AttemptOutcome | None = None
-        parent = await self._trace_parent(attempt.task)
-        with tracing.attempt_span(attempt.task, self.worker_id, parent) as span:
-            attempt.trace_parent = parent
+        with tracing.attempt_span(attempt.task, self.worker_id, attempt.trace_parent) as span:
             with attempt.scope:
                 outcome = await self._handle(attempt)
             if outcome is None or attempt.scope.cancelled_caught or attempt.stop_reason:
@@ -437,16 +436,18 @@ class Worker:
             _traced(span, attempt.task, outcome)
         return outcome
 
-    async def _trace_parent(self, task: Task) -> Context | None:
-        """The trace context stored with ``task``, if spans are recorded at all."""
-        read = getattr(self.app.store, "trace_context", None)
-        if read is None or not tracing.enabled():
-            return None
+    async def _trace_parents(self, claimed: list[Task]) -> dict[str, Context | None]:
+        """The trace contexts stored with ``claimed`` tasks (one read for a claim's batch),
+        if spans are recorded at all."""
+        read = getattr(self.app.store, "trace_contexts", None)
+        if read is None or not claimed or not tracing.enabled():
+            return {}
         try:
-            return tracing.parent_of(await read(task.task_id))
+            found = await read([task.task_id for task in claimed])
         except KeelError as exc:
-            log.info("no trace context for %s: %s", task.task_id, exc)
-            return None
+            log.info("no trace contexts for %d task(s): %s", len(claimed), exc)
+            return {}
+        return {task_id: tracing.parent_of(carrier) for task_id, carrier in found.items()}
 
     async def _handle(self, attempt: _Attempt) -> AttemptOutcome | None:
         """The handler's own ending, or None when it found it no longer owns the task."""

@@ -361,20 +361,17 @@ class TxStore:
 
         return await self._run(Op(op, _named(task_id)), write=False)
 
-    async def trace_context(self, task_id: str) -> dict[str, str] | None:
-        """The trace context the task was created with (W3C ``traceparent`` and
-        ``tracestate``), if it was created inside a recorded span.
+    async def trace_contexts(self, task_ids: Collection[str]) -> dict[str, dict[str, str]]:
+        """The trace contexts tasks were created with (W3C ``traceparent`` and
+        ``tracestate``), by task id, in one read; tasks created outside a recorded span,
+        and unknown ones, are left out."""
+        ids = [task_id for task_id in task_ids if _known(task_id)]
 
-        Raises:
-            TaskNotFound: no such task.
-        """
+        def op(tx: Tx) -> dict[str, dict[str, str]]:
+            found = {task_id: tx.get_steps(task_id).get(TRACE_STEP) for task_id in ids}
+            return {k: v for k, v in found.items() if isinstance(v, dict)}
 
-        def op(tx: Tx) -> JsonValue:
-            _require(tx, task_id)
-            return tx.get_steps(task_id).get(TRACE_STEP)
-
-        carrier = await self._run(Op(op, _named(task_id)), write=False)
-        return carrier if isinstance(carrier, dict) else None
+        return await self._run(Op(op, tuple(ids)), write=False) if ids else {}
 
     # --- client writes -------------------------------------------------------------
 

@@ -61,8 +61,16 @@ def use_tracer_provider(provider: TracerProvider | None) -> None:
     _provider = provider
 
 
+_tracers: dict[int, tuple[TracerProvider, trace.Tracer]] = {}
+
+
 def _tracer() -> trace.Tracer:
-    return (_provider or trace.get_tracer_provider()).get_tracer(TRACER)
+    """Keel's tracer from the current provider (kept: ``get_tracer`` is not cheap)."""
+    provider = _provider or trace.get_tracer_provider()
+    kept = _tracers.get(id(provider))
+    if kept is None or kept[0] is not provider:
+        kept = _tracers[id(provider)] = (provider, provider.get_tracer(TRACER))
+    return kept[1]
 
 
 def enabled() -> bool:
