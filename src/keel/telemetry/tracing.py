@@ -109,7 +109,10 @@ def _task_attributes(task: Task, worker: str) -> dict[str, Any]:
 @contextmanager
 def attempt_span(task: Task, worker: str, parent: Context | None) -> Iterator[Span]:
     """The span of one attempt of ``task`` (see the module doc); an error escaping it is
-    recorded on it."""
+    recorded on it. Without an SDK, the API's invalid span, at no cost."""
+    if not enabled():
+        yield trace.INVALID_SPAN
+        return
     with _tracer().start_as_current_span(
         f"keel.attempt {task.name or ''}".strip(),
         context=parent,
