@@ -370,9 +370,11 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
     from keel.mcp.serving import ServeSettings, run_stdio
     from keel.telemetry import Telemetry
     from keel.telemetry.logs import configure
+    from keel.telemetry.tracing import configure_from_environment
 
     started = time.monotonic()
     configure(log_format, verbose=verbose)
+    configure_from_environment("keel-serve")  # OTEL_EXPORTER_OTLP_*: spans exported
     telemetry = Telemetry(expect_workers=not no_worker)
     location = _store_location(ctx, data_dir)
     if location.kind == "memory" and no_worker:
