@@ -19,6 +19,13 @@ that first shows it. Two set-ups, each measured both ways:
     uv run python bench/push_bench.py --samples 50 --streams 0
     uv run python bench/push_bench.py --postgres postgresql://postgres@127.0.0.1:5432/test
 
+``--load SECONDS`` (off by default) runs 32 clients (``TasksClientExtension``)
+calling ``slow_compute`` (0.2 s) in a loop against ``keel serve --app conformance`` (its
+workers in-process, SQLite), once listening and once polling every 10 ms: tasks/s, and
+the server's CPU per task (``/proc``: user + system) and the clients' HTTP requests per
+task (a polling client that cannot keep up polls less often than asked: then the
+comparison says little; all 32 clients run in this one process).
+
 It also opens ``--streams`` listen streams (default 1,000, one task each) on a real
 ``keel serve --no-worker`` and reads the server's RSS before and after.
 
@@ -30,8 +37,10 @@ Targets (issue 16): p99 <= 50 ms in one process, <= 250 ms across processes on S
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
+import os
 import secrets
 import socket
 import statistics
@@ -358,6 +367,80 @@ def drop_schema(url: str, schema: str) -> None:
         conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@asynccontextmanager
+async def keel_serve(store: str, folder: str, *more: str) -> AsyncIterator[tuple[str, int]]:
+    """``keel serve --app conformance`` on ``store`` as a process: (its URL, its pid)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    keel = Path(sys.executable).parent / "keel"
+    argv = [str(keel), "serve", "--app", "conformance", "--store", store, *more]
+    argv += ["--data-dir", f"{folder}/data", "--port", str(port)]
+    process = await anyio.open_process(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}/mcp"
+        await answering(url, process)
+        yield url, process.pid
+    finally:
+        process.terminate()
+        with anyio.fail_after(30):
+            await process.wait()
+
+
+async def load(seconds: float, *, listening: bool, clients: int = 32) -> dict[str, Any]:
+    """``clients`` clients calling ``slow_compute`` for ``seconds``: tasks/s, server CPU."""
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    from keel.mcp.client import TasksClientExtension
+
+    done = 0
+    requests = 0
+
+    async def count(_request: httpx2.Request) -> None:
+        nonlocal requests
+        requests += 1
+
+    with tempfile.TemporaryDirectory() as folder:
+        store = f"{folder}/keel.db"
+        async with keel_serve(store, folder, "--concurrency", str(clients)) as (url, pid):
+
+            async def client() -> None:
+                nonlocal done
+                http = httpx2.AsyncClient(event_hooks={"request": [count]}, timeout=60)
+                tasks = TasksClientExtension(
+                    min_poll_interval=POLL, max_poll_interval=POLL, listen=listening
+                )
+                transport = streamable_http_client(url, http_client=http)
+                async with Client(transport, extensions=[tasks]) as session:
+                    while True:
+                        await session.call_tool("slow_compute", {"seconds": 0.2})
+                        done += 1
+
+            async with anyio.create_task_group() as tg:
+                for _ in range(clients):
+                    tg.start_soon(client)
+                await anyio.sleep(1.0)  # warm-up: every client connected and calling
+                first, cpu, sent = done, cpu_seconds(pid), requests
+                await anyio.sleep(seconds)
+                tasks, used, sent = done - first, cpu_seconds(pid) - cpu, requests - sent
+                tg.cancel_scope.cancel()
+    return {
+        "client": "push" if listening else f"poll {POLL * 1000:g} ms",
+        "clients": clients,
+        "tasks": tasks,
+        "tasks_per_s": round(tasks / seconds, 1),
+        "server_cpu_ms_per_task": round(used * 1000 / max(tasks, 1), 2),
+        "http_requests_per_task": round(sent / max(tasks, 1), 1),
+    }
+
+
 async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows = [
         await cell(setup, client, args.samples, args.gap)
@@ -379,11 +462,16 @@ def main() -> None:
     parser.add_argument(
         "--postgres", default="", help="also across processes on this PostgreSQL database URL"
     )
+    parser.add_argument("--load", type=float, default=0.0, help="seconds of load (0: skip)")
     parser.add_argument("--streams", type=int, default=1000, help="listen streams held (0: skip)")
     parser.add_argument("--out", default="bench/results/push_bench.json")
     args = parser.parse_args()
     rows = anyio.run(run, args)
     held = anyio.run(streams_rss, args.streams) if args.streams else None
+    loads = [
+        anyio.run(functools.partial(load, args.load, listening=listening))
+        for listening in ((True, False) if args.load else ())
+    ]
     print(f"{'setup':<20} {'client':<12} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'seen':>6}")
     for r in rows:
         print(
@@ -424,8 +512,35 @@ def main() -> None:
                 "measured": f"{push['across (PostgreSQL)']['p99_ms']} ms",
             }
         )
+    if loads:
+        print(
+            f"\n{'32 clients':<12} {'tasks/s':>8} {'server CPU ms/task':>19} {'requests/task':>14}"
+        )
+        for row in loads:
+            print(
+                f"{row['client']:<12} {row['tasks_per_s']:>8} "
+                f"{row['server_cpu_ms_per_task']:>19} {row['http_requests_per_task']:>14}"
+            )
+        pushed, polled = loads
+        checks.append(
+            {
+                "target": "server CPU per task with push <= half of polling at 10 ms",
+                "ok": pushed["server_cpu_ms_per_task"] <= polled["server_cpu_ms_per_task"] / 2,
+                "measured": f"{pushed['server_cpu_ms_per_task']} vs "
+                f"{polled['server_cpu_ms_per_task']} ms",
+            }
+        )
+        checks.append(
+            {
+                "target": "tasks/s with push >= with polling",
+                "ok": pushed["tasks_per_s"] >= polled["tasks_per_s"],
+                "measured": f"{pushed['tasks_per_s']} vs {polled['tasks_per_s']}",
+            }
+        )
     print_targets(checks)
-    out = write_results(args.out, "push_bench", args, rows=rows, streams=held, targets=checks)
+    out = write_results(
+        args.out, "push_bench", args, rows=rows, streams=held, load=loads, targets=checks
+    )
     print(f"\nwrote {out}")
 
 
