@@ -13,7 +13,6 @@ import anyio
 import click
 
 from keel.cli.common import KeelCliError, chosen_location, store_option, store_timeout_option
-from keel.mcp.access import is_loopback
 
 __all__ = ["ops"]
 
@@ -24,6 +23,8 @@ def refuse_off_loopback(host: str) -> None:
     Raises:
         KeelCliError: naming the host and what to do instead.
     """
+    from keel.mcp.access import is_loopback  # the SDK loads only for commands that serve
+
     if not is_loopback(host):
         raise KeelCliError(
             f"the operator console listens on loopback only (127.0.0.1, ::1, localhost), "
