@@ -84,9 +84,8 @@ def read_only_folder(folder: Path) -> Iterator[Path | None]:
     view = folder.with_name(f"{folder.name}-read-only")
     view.mkdir()
     mount = shutil.which("mount")
-    if mount is None or subprocess.run(
-        [mount, "--bind", str(folder), str(view)], check=False, capture_output=True
-    ).returncode:
+    bind = [str(mount), "--bind", str(folder), str(view)]
+    if mount is None or subprocess.run(bind, check=False, capture_output=True).returncode:
         yield None
         return
     try:
