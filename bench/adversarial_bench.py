@@ -21,10 +21,10 @@ sent again, and each row says what the issue reported then and what happens now:
   while tasks are being created gives a copy that passes ``keel check``.
 
 Not repeated here: PostgreSQL down and back (``bench/failure_bench.py``) and the
-old-protocol ``initialize`` flood (``bench/flood_bench.py``); a disk filling up and a
-deleted WAL after a crash (the store tests cover them).
+old-protocol ``initialize`` flood (``bench/flood_bench.py``). Not re-run: a disk
+filling up, and a WAL deleted after a crash.
 
-    uv run python bench/adversarial_bench.py             # everything, about a minute
+    uv run python bench/adversarial_bench.py             # everything: 2-4 min on a busy 2-core VM
     uv run python bench/adversarial_bench.py --no-postgres
 
 Prints a table (try | issue reported | now | ok?) and writes JSON (``--out``, default
