@@ -107,19 +107,20 @@ def test_list_empty_store(keel):
 
 
 def test_list_shows_every_task_with_its_columns(keel, facade):
-    """The table has id, status, name, status message, attempt and updated per task."""
+    """The table has id, status, name, status message, attempt and updated per task,
+    newest first."""
     waiting = facade.create(SCHEMA, idempotency_key="incident-1", message="Which service?")
     working = facade.create()
     out = keel.ok("tasks", "list")
     header, *rows = out.splitlines()
     assert header.split() == ["ID", "STATUS", "NAME", "STATUS", "MESSAGE", "ATTEMPT", "UPDATED"]
-    assert rows[0].startswith(waiting.task_id)
-    assert "input_required" in rows[0]
-    assert "Which service?" in rows[0]
-    assert "1/1" in rows[0]
-    assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ$", rows[0])
-    assert rows[1].startswith(working.task_id)
-    assert " working " in rows[1]
+    assert rows[1].startswith(waiting.task_id)
+    assert "input_required" in rows[1]
+    assert "Which service?" in rows[1]
+    assert "1/1" in rows[1]
+    assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ$", rows[1])
+    assert rows[0].startswith(working.task_id)
+    assert " working " in rows[0]
 
 
 def test_list_json_and_status_filter(keel, facade):

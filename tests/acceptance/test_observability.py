@@ -30,6 +30,8 @@ from acceptance.test_serve_http import until
 from acceptance.test_worker_cli import keel_worker
 from keel.mcp.client import TasksClientExtension as Tasks
 from keel.mcp.client import accept, cancel_task, update_task
+from keel.store import SqliteStore
+from keel.telemetry.logs import principal_hash
 from keel_serve import KeelServe
 from pg_scale.cluster import ClusterUnavailable, PrivateCluster
 from postgres.pg import REQUIRED, drop_schema, new_schema, require_postgres, store_url
@@ -220,9 +222,9 @@ def cluster() -> Iterator[PrivateCluster]:
 class Worker(LoggedProcess):
     """``keel worker --metrics-port 0``; :attr:`base` once it said where it listens."""
 
-    def __init__(self, store: str, logs: Path) -> None:
+    def __init__(self, store: str, logs: Path, *extra: str) -> None:
         argv = [str(KEEL), "worker", "--app", "observed_app:app", "--store", store,
-                "--metrics-port", "0"]  # fmt: skip
+                "--metrics-port", "0", *extra]  # fmt: skip
         env = {k: v for k, v in os.environ.items() if k != "KEEL_STORE"}
         super().__init__(argv, name="worker", logs=logs, env={**env, "PYTHONUNBUFFERED": "1"})
         self.base: str | None = None
@@ -307,3 +309,33 @@ def test_a_taken_metrics_port_is_one_error_line(tmp_path: Path) -> None:
             "--metrics-port", str(port),
         )  # fmt: skip
     assert message.startswith(f"cannot listen on 127.0.0.1:{port} for metrics: ")
+
+
+async def test_a_json_logging_worker_logs_each_transition_once(tmp_path: Path) -> None:
+    """keel worker -v --log-format json: the claim and the completion of a task are one
+    JSON line each, naming task, tool, attempt, worker and principal hash, not its text."""
+    db = tmp_path / "keel.db"
+    store = SqliteStore(db)
+    task = await store.create(name="echo", arguments={"text": "private words"}, owner="bob")
+    await store.close()
+    worker = Worker(str(db), tmp_path, "-v", "--log-format", "json", "--worker-id", "w-json")
+    try:
+        with anyio.fail_after(WAIT):
+            while "complete: working -> completed" not in worker.output():
+                assert worker.alive, worker.output()
+                await anyio.sleep(0.05)
+    finally:
+        assert worker.stop() == 0
+    text = worker.log_path.read_text()
+    assert "private words" not in text
+    records = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+    mine = [r for r in records if r.get("task_id") == task.task_id]
+    assert [(r["op"], r["to_status"]) for r in mine] == [
+        ("claim", "working"),
+        ("complete", "completed"),
+    ]
+    for record in mine:
+        assert record["tool"] == "echo"
+        assert record["attempt"] == 1
+        assert record["worker"] == "w-json"
+        assert record["principal"] == principal_hash("bob")

@@ -11,14 +11,18 @@ its last frame is the listen's result, stamped with the subscription id.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 import pytest
 
+from keel.model import Task
+from keel.store import SqliteStore
 from keel_serve import KeelServe
 from postgres.pg import drop_schema, new_schema, require_postgres, store_url
 from tasks_extension.support import Listen, listen, post
@@ -58,6 +62,16 @@ async def task_frames(stream: Listen, task_id: str, *until: str) -> list[dict[st
         seen.append(frame["params"])
         if frame["params"]["status"] in until:
             return seen
+
+
+async def finished(store: str, task_id: str) -> Task | None:
+    """The task, read from the store file, once it has ended (else None)."""
+    opened = SqliteStore(store)
+    try:
+        task = await opened.get(task_id)
+    finally:
+        await opened.close()
+    return task if task.status.terminal else None
 
 
 def without_meta(body: dict[str, Any]) -> dict[str, Any]:
@@ -166,3 +180,61 @@ async def test_a_sigterm_ends_open_listen_streams_gracefully(tmp_path: Path) -> 
         assert serve.stop() == 0
     finally:
         serve.stop()
+
+
+@pytest.mark.requirement("K8")
+async def test_a_listener_of_a_killed_front_end_reads_the_current_state_on_another(
+    tmp_path: Path,
+) -> None:
+    """The front end is SIGKILLed while a listener waits on a task a worker process holds;
+    the task moves on meanwhile (the worker is killed and another finishes it). The
+    listener listens again on a restarted front end: the first frame after the ack is
+    the task's current, terminal state (a reconnect reads the current state first)."""
+    effects = tmp_path / "effects.jsonl"
+    store = str(tmp_path / "keel.db")
+    serve = front_end(store, tmp_path, effects)
+    serve.start()
+    with fleet() as workers:
+        try:
+            await serve.ready()
+            holding = worker_env(effects, KEEL_TEST_HOLD="1")
+            workers.append(WorkerProcess(store=store, worker_id="w1", logs=tmp_path, env=holding))
+            await anyio.to_thread.run_sync(workers[0].wait_ready)
+            created = await post(
+                serve.url, "tools/call", {"name": "step_then_hold", "arguments": {}}
+            )
+            task_id = created.result["taskId"]
+            with contextlib.suppress(httpx2.TransportError):  # the connection is cut
+                async with listen(serve.url, {"taskIds": [task_id]}) as stream:
+                    await stream.notification(WAIT)  # the ack
+                    await eventually(
+                        lambda: anyio.to_thread.run_sync(
+                            lambda: effects_of(effects, "holding") or None
+                        ),
+                        within=WAIT,
+                        what="w1 to hold the task",
+                    )
+                    serve.kill()
+                    while await stream.frame(WAIT) is not None:
+                        pass
+            workers[0].kill()
+            workers.append(
+                WorkerProcess(store=store, worker_id="w2", logs=tmp_path, env=worker_env(effects))
+            )
+            await eventually(
+                lambda: finished(store, task_id), within=WAIT, what="the task to finish on w2"
+            )
+            serve.start()
+            await serve.ready()
+            async with listen(serve.url, {"taskIds": [task_id]}, request_id=2) as stream:
+                ack = await stream.notification(WAIT)
+                assert ack["params"]["notifications"] == {"taskIds": [task_id]}
+                first = (await stream.notification(WAIT))["params"]
+            now = await post(serve.url, "tasks/get", {"taskId": task_id})
+            assert first["status"] == "completed"
+            assert without_meta(first) == without_meta(now.result)
+        finally:
+            serve.stop()
+            for worker in workers:
+                if worker.alive:
+                    worker.terminate()

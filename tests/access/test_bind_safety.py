@@ -17,11 +17,11 @@ from keel_serve import KEEL
 TIMEOUT = 60.0  # seconds a refusing (or --check) keel serve may take
 
 
-def keel_serve(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """``keel serve --app conformance ARGS`` as a real process in ``cwd``."""
+def keel_serve(cwd: Path, *args: str, app: str = "conformance") -> subprocess.CompletedProcess[str]:
+    """``keel serve --app APP ARGS`` as a real process in ``cwd``."""
     env = {**os.environ, "KEEL_STORE": "", "KEEL_APP": ""}
     return subprocess.run(
-        [str(KEEL), "serve", "--app", "conformance", "--data-dir", str(cwd / "data"), *args],
+        [str(KEEL), "serve", "--app", app, "--data-dir", str(cwd / "data"), *args],
         cwd=cwd,
         env=env,
         capture_output=True,
@@ -122,3 +122,46 @@ def test_default_allow_lists() -> None:
         HttpAccess.for_bind("127.0.0.1", 1, hosts=["http://x/"])
     with pytest.raises(ConfigurationError, match="--allowed-origin"):
         HttpAccess.for_bind("127.0.0.1", 1, origins=["app.example.com"])
+
+
+OWN_SERVER_APP = """
+from mcp.server import MCPServer
+
+from keel.mcp.serving import Served
+from keel.runtime import Keel
+
+
+def build_server(settings):
+    app = Keel()
+    app.use_store(settings.store)
+    return Served(app, MCPServer("own"), "own server")
+"""
+
+
+def test_auth_on_an_app_that_ignores_it_refuses_to_start(tmp_path: Path) -> None:
+    """An app module that builds its MCPServer itself (not with ``server_for``) would
+    serve without the ``--auth`` it was started with: keel serve refuses, naming why."""
+    from keel.mcp.tokens import TokenFile
+
+    TokenFile(tmp_path / "tokens.json").add("ops")
+    (tmp_path / "own_server_app.py").write_text(OWN_SERVER_APP)
+    auth = f"tokens:{tmp_path / 'tokens.json'}"
+    done = keel_serve(tmp_path, "--auth", auth, "--check", app="own_server_app")
+    assert done.returncode == 1, done
+    assert (
+        done.stderr.strip()
+        .splitlines()[-1]
+        .startswith(
+            "keel: error: --app own_server_app built its server without ServeSettings.server_for"
+        )
+    )
+
+
+def test_cli_defaults_are_the_modules() -> None:
+    """The CLI's session-limit defaults (kept as literals so that ``keel --help`` does
+    not import the SDK's server) are those of keel.mcp.access."""
+    from keel.cli import access as cli_access
+    from keel.mcp import access
+
+    assert cli_access.DEFAULT_MAX_SESSIONS == access.MAX_SESSIONS
+    assert cli_access.DEFAULT_IDLE == access.SESSION_IDLE_TIMEOUT

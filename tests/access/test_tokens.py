@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from access.support import build, raw, serve_guarded
 from keel.cli.app import cli
 from keel.errors import ConfigurationError
 from keel.mcp.tokens import TOKEN_PREFIX, TokenFile, TokenFileVerifier, hash_token, token_auth
-from tasks_extension.support import NOT_FOUND, Answer, poll, post
+from tasks_extension.support import NOT_FOUND, Answer, client_as, poll, post
 
 pytestmark = pytest.mark.anyio
 
@@ -61,6 +62,16 @@ def test_token_file_keeps_hashes_only(tmp_path: Path) -> None:
     assert not list(tokens.path.parent.glob(".*.tmp"))  # no temporary file left behind
 
 
+def test_concurrent_adds_keep_every_token(tmp_path: Path) -> None:
+    """Sixteen ``add`` calls at once, from threads (as separate ``keel auth`` commands
+    would be): the lock makes them take turns, and every token is kept."""
+    tokens = TokenFile(tmp_path / "tokens.json")
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        made = list(pool.map(tokens.add, [f"t{i}" for i in range(16)]))
+    assert len(set(made)) == 16
+    assert sorted(tokens.read()) == sorted(f"t{i}" for i in range(16))
+
+
 @pytest.mark.parametrize(
     "content",
     [b"", b"{", b'{"tokens": {}}', b'{"keel_tokens": 1, "tokens": {"a": {"sha256": "x"}}}'],
@@ -71,6 +82,32 @@ def test_a_broken_token_file_is_refused(tmp_path: Path, content: bytes) -> None:
     path.write_bytes(content)
     with pytest.raises(ConfigurationError, match="not a keel token file"):
         TokenFileVerifier(path)
+
+
+def test_a_token_file_others_may_write_is_refused(tmp_path: Path) -> None:
+    """Whoever can write the token file can let themselves in: a group- or
+    world-writable file is refused, naming the fix."""
+    tokens = TokenFile(tmp_path / "tokens.json")
+    tokens.add("ops")
+    for mode in (0o620, 0o602):
+        tokens.path.chmod(mode)
+        with pytest.raises(ConfigurationError, match=r"writable by others.*chmod 600"):
+            TokenFileVerifier(tokens.path)
+    tokens.path.chmod(0o640)  # readable by the group is fine: it holds hashes only
+    assert TokenFileVerifier(tokens.path).file.read()
+
+
+async def test_the_official_client_with_a_token(tmp_path: Path) -> None:
+    """The official MCP client, sending the token as a bearer header, lists the tools
+    and runs a task to its result."""
+    tokens = TokenFile(tmp_path / "tokens.json")
+    good = tokens.add("ops")
+    server = build(tmp_path, token_auth(tokens.path, "http://127.0.0.1"))
+    async with serve_guarded(server) as url, client_as(url, good) as client:
+        listed = await client.list_tools()
+        result = await client.call_tool("quick", {"n": 21})
+    assert "quick" in {tool.name for tool in listed.tools}
+    assert result.structured_content == {"n": 42}
 
 
 def test_keel_auth_commands(tmp_path: Path) -> None:

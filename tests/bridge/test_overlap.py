@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from keel.bridge.diagnosis import _confidence
 from keel.bridge.overlap import ELSEWHERE, attribute, later_onset, pair_of, steps
 from keel.bridge.records import NS_PER_MINUTE, Incident
@@ -67,14 +69,36 @@ def test_the_first_opened_incident_cuts_what_began_later() -> None:
 
 def test_the_re_anchored_second_incident_cuts_what_began_before_its_step() -> None:
     """Second-opened and re-anchored: what began 2 minutes or more before the new onset,
-    even loosely dated, is cut; not re-anchored, nothing is."""
+    even loosely dated, is cut; not in a pair, nothing is."""
     impacts = _suspects(db=(-5, 0.9), drift=(-2, 0.35), svc=(0, 0.6))
     attribute(impacts, {"order": "second", "moved": 3})
     assert {n for n, s in impacts.items() if s.get("elsewhere")} == {"db", "drift"}
     impacts = _suspects(db=(-5, 0.9), svc=(0, 0.6))
-    attribute(impacts, {"order": "second"})
-    assert not any(s.get("elsewhere") for s in impacts.values())
     attribute(impacts, None)
+    assert not any(s.get("elsewhere") for s in impacts.values())
+
+
+def test_the_second_incident_not_re_anchored_cuts_a_clear_step_well_before_its_own() -> None:
+    """Second-opened, not re-anchored: a clear step 2 minutes or more before a change
+    that began at the onset (even loosely dated) is cut; alone, it is never cut."""
+    impacts = _suspects(db=(-4, 0.86), svc=(0, 0.41))
+    attribute(impacts, {"order": "second"})
+    assert impacts["db"].get("elsewhere")
+    assert not impacts["svc"].get("elsewhere")
+    alone = _suspects(db=(-4, 0.94))
+    attribute(alone, {"order": "second"})
+    assert alone["db"]["weight"] == 1.0
+
+
+def test_the_first_opened_incident_dates_its_earliest_change_loosely() -> None:
+    """First-opened: a loosely dated change before a clear later one sets the earliest
+    minute, so the clear later one is cut; a loosely dated later one is not."""
+    impacts = _suspects(api=(-1, 0.48), svc=(2, 0.87))
+    attribute(impacts, {"order": "first", "onset_found": False})
+    assert impacts["svc"].get("elsewhere")
+    assert not impacts["api"].get("elsewhere")
+    impacts = _suspects(db=(-3, 0.94), svc=(0, 0.37))
+    attribute(impacts, {"order": "first", "onset_found": False})
     assert not any(s.get("elsewhere") for s in impacts.values())
 
 
@@ -85,7 +109,17 @@ def test_a_top_suspect_that_was_cut_lowers_the_confidence() -> None:
     top = {"suspect": "svc"}
     sure = _confidence(top, scores)
     suspect["elsewhere"] = True
-    assert _confidence(top, scores) == round(sure * 0.5, 2)
+    assert _confidence(top, scores) == pytest.approx(sure * 0.5, abs=0.01)
+
+
+def test_an_incident_of_a_pair_is_answered_less_surely() -> None:
+    """Opened within minutes of another incident: which fault is whose is less sure, and
+    the confidence says so (x0.75)."""
+    suspect = {"share": 1.0, "time_z": 12.0, "failure_z": 0.0}
+    scores: dict[str, Any] = {"suspects": {"svc": suspect}, "symptom": {"impact": 0.5}}
+    alone = _confidence({"suspect": "svc"}, scores)
+    scores["paired"] = True
+    assert _confidence({"suspect": "svc"}, scores) == pytest.approx(alone * 0.75, abs=0.01)
 
 
 def test_steps_dates_what_moved_and_leaves_out_what_did_not() -> None:

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -375,3 +379,47 @@ def test_a_deploy_csv_with_a_bom_lists_and_diagnoses_as_its_json(
         assert by_csv["root_cause"] == by_json["root_cause"], incident
         assert by_csv["confidence"] == by_json["confidence"], incident
         assert by_csv["root_cause"] is not None, incident
+
+
+def _ingest_cli(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``keel bridge ingest`` (a real process) of a folder of 20 exports, 500 spans each."""
+    folder = tmp_path / "traces"
+    folder.mkdir(exist_ok=True)
+    for f in range(20):
+        spans = [span(f"{f * 1000 + i + 1:016x}") for i in range(500)]
+        (folder / f"part-{f:02d}.jsonl").write_text(json.dumps(request("a", *spans)) + "\n")
+    record = {"id": "INC-1", "title": "t", "opened_at": "2026-03-14T09:44:00Z"}
+    (tmp_path / "incidents.json").write_text(json.dumps([record]))
+    (tmp_path / "deploys.json").write_text("[]")
+    sources = ["--incidents", str(tmp_path / "incidents.json"), "--traces", str(folder)]
+    sources += ["--deploys", str(tmp_path / "deploys.json")]
+    index = tmp_path / f"index-{'FORCE_COLOR' in env}"
+    return subprocess.run(
+        [sys.executable, "-m", "keel", "bridge", "ingest", "--data-dir", str(index), *sources],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=True,
+    )
+
+
+@pytest.mark.slow
+def test_ingest_shows_a_progress_bar_on_a_terminal_and_plain_lines_else(
+    tmp_path: Path,
+) -> None:
+    """On a terminal (rich told so by FORCE_COLOR) ``keel bridge ingest`` draws a bar
+    that counts bytes and spans up to every span; piped, it prints plain lines only (no
+    escape codes). Both end with the same summary."""
+    env = {k: v for k, v in os.environ.items() if k not in {"FORCE_COLOR", "TTY_COMPATIBLE"}}
+    piped = _ingest_cli(tmp_path, env)
+    terminal = _ingest_cli(
+        tmp_path, {**env, "FORCE_COLOR": "1", "TTY_COMPATIBLE": "1", "COLUMNS": "120"}
+    )
+    drawn = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", terminal.stderr).replace("\r", "\n")
+    assert "indexing traces" in drawn
+    assert "10,000 spans" in drawn
+    assert "\x1b[" not in piped.stdout + piped.stderr
+    assert "indexing 20 trace files" in piped.stdout
+    for done in (piped, terminal):
+        assert "10,000 spans" in done.stdout.splitlines()[-1]

@@ -150,7 +150,7 @@ def test_list_filters_by_status_and_limits(db):
     assert "working" not in result.stdout
     result = keel("tasks", "list", "--limit", "2", "--json", "--store", str(db))
     assert len(json.loads(result.stdout)) == 2
-    assert "showing the first 2 tasks" in result.stderr
+    assert "showing the newest 2 tasks; the next ones: --cursor " in result.stderr
     assert keel("tasks", "list", "--status", "failed", "--store", str(db)).stdout == (
         "no failed tasks\n"
     )

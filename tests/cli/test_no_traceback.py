@@ -103,6 +103,7 @@ FORCED: dict[tuple[str, ...], tuple[str, ...]] = {
     # Commands that run until stopped get arguments that make them stop on their own.
     ("serve",): ("--check",),  # prepares everything, prints the settings, exits
     ("demo",): ("--store-only",),  # otherwise it starts a real keel serve
+    ("ops",): ("--check",),  # opens the store, prints where it would listen, exits
 }
 """Arguments appended to a command's hostile ones. ``keel worker`` needs none: its
 ``--app`` is required, and no hostile value names a real app."""

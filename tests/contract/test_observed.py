@@ -127,3 +127,21 @@ async def test_every_counter_is_exact_after_a_known_workload(
     assert outcomes == {"completed": 1, "error": 2, "cancelled": 1, "recovered": 1}
     assert value(metrics, "keel_attempt_duration_seconds_sum", tool="job", outcome="completed") == 2
     assert value(metrics, "keel_store_commit_seconds_count", op="create") == 5
+
+
+async def test_a_trace_context_is_kept_with_the_task_and_out_of_its_steps(
+    store: Store,
+) -> None:
+    """create(trace_context=…) keeps it in the same transaction; steps() leaves it out;
+    a repeat of the create keeps the first one."""
+    assert isinstance(store, TxStore)
+    carrier = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+    task = await store.create(name="job", idempotency_key="t", trace_context=carrier)
+    again = {"traceparent": "00-11111111111111111111111111111111-2222222222222222-01"}
+    await store.create(name="job", idempotency_key="t", trace_context=again)
+    assert await store.trace_contexts([task.task_id]) == {task.task_id: carrier}
+    assert await store.steps(task.task_id) == {}
+    plain = await store.create(name="job")
+    found = await store.trace_contexts([plain.task_id, task.task_id, "no-such-task"])
+    assert found == {task.task_id: carrier}
+    assert await store.trace_contexts([]) == {}

@@ -1,8 +1,9 @@
 """The operator console in a real browser: Debian's Chromium driven by Playwright, against
 a real ``keel serve`` (its workers run the tasks) on a loopback port.
 
-An operator opens /ops, finds the task waiting for input by its link, answers it through
-the form generated from its schema and sees it complete; then cancels a running task.
+An operator opens /ops (a task created meanwhile appears on it live), finds the task
+waiting for input by its link, answers it through the form generated from its schema
+and sees it complete live (server-sent events, no reload); then cancels a running task.
 A dead-lettered task is retried with Retry and the new task completes. Each page is
 screenshotted (into ``$KEEL_OPS_SCREENSHOTS`` too when it is set: that is
 how ``docs/ops-*.png`` are made).
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -37,6 +39,7 @@ ARGS = [
     "--no-first-run",
 ]
 STEP = 15_000  # ms: the bound on any one thing the browser waits for
+LIVE_WITHIN = 3.0  # seconds a change may take to show on an open page (target: 1 s)
 
 
 @pytest.fixture
@@ -90,6 +93,18 @@ async def test_an_operator_answers_a_waiting_task_and_cancels_a_running_one(
                 "completed"
             )
             await _shot(page, tmp_path, "tasks")
+            began = time.monotonic()
+            newer = await store.create(name="approve", arguments={"change": "deploy 43"})
+            # Live: the open list shows it, from the change feed, without a reload.
+            await expect(page.locator(f"tr[data-task-id='{newer.task_id}']")).to_be_visible()
+            shown_after = time.monotonic() - began
+            assert shown_after < LIVE_WITHIN, f"a new task took {shown_after:.2f} s to show"
+            if os.environ.get("KEEL_OPS_SCREENSHOTS"):  # the run that makes docs/ reports it
+                print(f"a new task appeared on the open list after {shown_after:.3f} s")
+            await store.cancel(newer.task_id, reason="not today")
+            await expect(page.locator(f"tr[data-task-id='{newer.task_id}']")).to_contain_text(
+                "cancelled"
+            )
 
             await row.get_by_role("link", name=waiting.task_id).click()
             await expect(page).to_have_url(f"{base_of(server)}/ops/tasks/{waiting.task_id}")
@@ -104,7 +119,7 @@ async def test_an_operator_answers_a_waiting_task_and_cancels_a_running_one(
 
             finished = await until(store, waiting.task_id, lambda t: t.status.terminal)
             assert finished.status is Status.COMPLETED
-            await page.reload()
+            # Live: the open page turns completed by itself (no reload).
             await expect(page.locator("#status")).to_have_text("completed")
             await expect(page.locator("#result")).to_contain_text('"replicas": 3')
             await expect(page.locator("ol.timeline")).to_contain_text("local operator")
@@ -124,8 +139,11 @@ async def test_an_operator_answers_a_waiting_task_and_cancels_a_running_one(
             await store.close()
 
 
-async def test_an_operator_retries_a_dead_lettered_task(tmp_path: Path, browser: Browser) -> None:
-    """Failed -> Retry -> the new task's page (linked to the old) -> it completes."""
+async def test_an_operator_retries_a_dead_lettered_task_and_bulk_cancels(
+    tmp_path: Path, browser: Browser
+) -> None:
+    """Failed -> Retry -> the new task's page (linked to the old) -> it completes; then
+    the waiting tasks of one change cancelled at once, after the dry-run count."""
     db = tmp_path / "keel.db"
     blocker = tmp_path / "blocker"
     blocker.write_text("the upstream is down")
@@ -148,10 +166,24 @@ async def test_an_operator_retries_a_dead_lettered_task(tmp_path: Path, browser:
             assert new_id != task.task_id
             finished = await until(store, new_id, lambda t: t.status.terminal)
             assert finished.status is Status.COMPLETED
-            await page.reload()
             await expect(page.locator("#status")).to_have_text("completed")
             await page.locator("ol.timeline").get_by_role("link", name=task.task_id).click()
             await expect(page.locator("#status")).to_have_text("failed")
             await expect(page.locator("ol.timeline")).to_contain_text(f"retried as {new_id}")
+
+            waiting = [
+                await store.create(name="approve", arguments={"change": f"batch {n}"})
+                for n in range(3)
+            ]
+            for one in waiting:
+                await until(store, one.task_id, lambda t: t.status is Status.INPUT_REQUIRED)
+            await page.goto(f"{base_of(server)}/ops/?name=approve&status=input_required")
+            await page.get_by_role("button", name="Cancel matching tasks…").click()
+            await expect(page.locator("#count")).to_have_text("Dry run: 3 live tasks match.")
+            await _shot(page, tmp_path, "bulk-cancel")
+            await page.get_by_role("button", name="Cancel 3 tasks").click()
+            await expect(page.locator("#outcome")).to_have_text("Cancelled 3 tasks.")
+            for one in waiting:
+                assert (await store.get(one.task_id)).status is Status.CANCELLED
         finally:
             await store.close()

@@ -299,3 +299,49 @@ async def test_retry_of_a_task_that_did_not_fail_is_refused(
     refused = await client.post(f"/ops/tasks/{task.task_id}/retry", data=form.fields)
     assert refused.status_code == 409
     assert "only a failed task can be retried" in Page(refused.text).all_text
+
+
+async def test_bulk_cancel_counts_first_then_cancels_the_live_matches(
+    client: httpx.AsyncClient, store: SqliteStore
+) -> None:
+    """The list's bulk form: a dry-run count of live matches, then Cancel N tasks."""
+    live = [(await store.create(name="job", owner="bob")).task_id for _ in range(3)]
+    done = await store.create(name="job", owner="bob")
+    await store.complete(done.task_id, {"ok": True})
+    other = await store.create(name="other", owner="bob")
+    page = await _page(client, "/ops/?name=job&principal=bob")
+    dry = await _submit(client, page, "Cancel matching tasks…")
+    assert dry.status_code == 200
+    counted = Page(dry.text)
+    assert "Dry run: 3 live tasks match" in counted.all_text
+    assert [(await store.get(i)).status for i in live] == [Status.WORKING] * 3
+    confirm = counted.form_with("Cancel 3 tasks")
+    assert (confirm.fields["name"], confirm.fields["principal"]) == ("job", "bob")
+    await store.cancel(live[0])  # one finishes between the count and the confirmation
+    stale = await client.post(confirm.action, data=confirm.fields)
+    assert "The count changed since you looked (it was 3)" in Page(stale.text).all_text
+    again = Page(stale.text).form_with("Cancel 2 tasks")
+    finished = await client.post(again.action, data=again.fields)
+    assert "Cancelled 2 tasks." in Page(finished.text).all_text
+    for task_id in live[1:]:
+        assert (await store.get(task_id)).status is Status.CANCELLED
+        last = (await store.history(task_id))[-1]
+        assert last.actor == LOCAL_OPERATOR
+        assert last.reason == "cancelled: bulk cancel from the operator console"
+    assert (await store.get(done.task_id)).status is Status.COMPLETED
+    assert (await store.get(other.task_id)).status is Status.WORKING
+
+
+async def test_bulk_cancel_needs_the_token_and_a_valid_filter(
+    client: httpx.AsyncClient, store: SqliteStore
+) -> None:
+    """No token: 403, nothing cancelled; a bad filter: 400 naming it."""
+    task = await store.create(name="job")
+    page = await _page(client, "/ops/")
+    form = page.form_with("Cancel matching tasks…")
+    refused = await client.post(form.action, data={**form.fields, "keel.csrf": ""})
+    assert refused.status_code == 403
+    bad = await client.post(form.action, data={**form.fields, "status": "done"})
+    assert bad.status_code == 400
+    assert "status 'done' is not a status" in Page(bad.text).all_text
+    assert (await store.get(task.task_id)).status is Status.WORKING

@@ -5,8 +5,10 @@ serves it off loopback.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
 
+import anyio
 import httpx
 import pytest
 from click.testing import CliRunner
@@ -16,7 +18,7 @@ from keel.cli.app import cli
 from keel.store import SqliteStore
 
 from .page import Page
-from .servers import base_of, serving, until
+from .servers import WAIT, base_of, serving, until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]  # real keel processes
 
@@ -74,3 +76,76 @@ def test_keel_ops_refuses_to_listen_off_loopback(tmp_path: Path, host: str) -> N
     assert result.output.startswith("keel: error: the operator console listens on loopback only")
     assert f"not {host}" in result.output
     assert not (tmp_path / "k.db").exists()
+
+
+def test_keel_ops_check_and_a_port_in_use(tmp_path: Path) -> None:
+    """--check opens the store, says where it would listen, exits 0; a taken port is one
+    ``keel: error:`` line (uvicorn's own failure would be exit 3 and a log)."""
+    import socket
+
+    db = str(tmp_path / "k.db")
+    checked = CliRunner().invoke(cli, ["ops", "--store", db, "--port", "8123", "--check"])
+    assert checked.exit_code == 0, checked.output
+    assert "keel ops: operator console at http://127.0.0.1:8123/ops/" in checked.output
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        result = CliRunner().invoke(cli, ["ops", "--store", db, "--port", port])
+    assert result.exit_code == 1
+    assert result.output.splitlines()[-1].startswith(
+        f"keel: error: cannot listen on 127.0.0.1:{port}"
+    )
+
+
+async def test_the_event_stream_names_each_change_of_the_watched_task(tmp_path: Path) -> None:
+    """/ops/events?task=ID: ``*`` at once, then the id after each committed write of it
+    (writes of other tasks are not sent)."""
+    db = tmp_path / "keel.db"
+    store = SqliteStore(db)
+    try:
+        task = await store.create(name="approve", arguments={"change": "x"})
+        other = await store.create(name="approve", arguments={"change": "y"})
+        async with serving("ops", db, tmp_path) as server, httpx.AsyncClient() as http:
+            url = f"{base_of(server)}/ops/events?task={task.task_id}"
+            async with http.stream("GET", url) as stream:
+                assert stream.headers["content-type"].startswith("text/event-stream")
+                lines = stream.aiter_lines()
+                with anyio.fail_after(WAIT):
+                    assert await _data(lines) == "*"
+                    await store.set_status_message(other.task_id, "not watched")
+                    await store.set_status_message(task.task_id, "watched")
+                    assert await _data(lines) == task.task_id
+    finally:
+        await store.close()
+
+
+async def _data(lines: AsyncIterator[str]) -> str:
+    """The data of the next ``change`` event."""
+    event = None
+    async for line in lines:
+        if line.startswith("event: "):
+            event = line.removeprefix("event: ")
+        elif line.startswith("data: ") and event == "change":
+            return line.removeprefix("data: ")
+    raise AssertionError("the stream ended")
+
+
+@pytest.mark.parametrize(
+    ("host", "line"),
+    [
+        ("127.0.0.1", "  console: http://127.0.0.1:8765/ops/"),
+        ("0.0.0.0", "  console: off (0.0.0.0 is not loopback; the console has no sign-in yet)"),
+    ],
+)
+def test_keel_serve_names_the_console_or_says_it_is_off(
+    tmp_path: Path, host: str, line: str
+) -> None:
+    """keel serve's startup message: where the console is on loopback; off elsewhere."""
+    result = CliRunner().invoke(
+        cli,
+        ["serve", "--app", "ops.apps.console_app:app", "--store", str(tmp_path / "k.db"),
+         "--host", host, "--port", "8765", "--check"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert line in result.output.splitlines()

@@ -129,6 +129,14 @@ PART_A: tuple[Requirement, ...] = (
         f"A4 {_V1} §Task Status Notification, A5",
     ),
     Requirement(
+        "A4.6",
+        "MAY",
+        "A session that asked tasks/get for a task gets notifications/tasks/status (the "
+        "full Task) on its own channel (the GET stream) on each committed change after "
+        "that, until the task ends, without waiting in tasks/result.",
+        f"A4 {_V1} §Task Status Notification; issue 16 item 2",
+    ),
+    Requirement(
         "A5.1",
         "MUST",
         "The tasks/result answer carries _meta io.modelcontextprotocol/related-task {taskId}.",
@@ -559,6 +567,14 @@ ALL: tuple[Requirement, ...] = (
         "A graceful server stop (SIGTERM) ends each open listen stream with the listen's "
         "result, stamped with the subscription id, as its last frame.",
         "B4 notifications [C26 SEP-2575 graceful closure]",
+    ),
+    Requirement(
+        "B4.28",
+        "MAY",
+        "Clients rely on notifications instead of polling: keel.mcp.client listens to the "
+        "task it resolves when the server offers it, polls when it does not or the stream "
+        "ends, and returns the task's own terminal state either way.",
+        "B4 notifications [X]",
     ),
     # --- B5. input_required ------------------------------------------------------------
     Requirement(

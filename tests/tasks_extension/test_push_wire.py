@@ -110,8 +110,8 @@ async def test_a_listener_gets_each_change_of_its_own_tasks_only(tmp_path: Path)
 @pytest.mark.requirement("B4.22", "B4.24")
 async def test_status_messages_and_cancellation_are_pushed(mcp_server: MCPServer[Any]) -> None:
     """A running task's statusMessage arrives as a notification (the task as tasks/get
-    shows it), and so does its cancellation; after the terminal state the stream stays
-    open and sends nothing more for it."""
+    shows it), and so does its cancellation; after the terminal state of its only task
+    the stream ends gracefully: its last frame is the listen's result."""
     async with serve_http(mcp_server) as url:
         created = await post(url, "tools/call", {"name": "slow", "arguments": {}})
         task_id = created.result["taskId"]
@@ -131,6 +131,10 @@ async def test_status_messages_and_cancellation_are_pushed(mcp_server: MCPServer
             assert task_of(last)["status"] == "cancelled"
             now = await post(url, "tasks/get", {"taskId": task_id})
             assert task_of(last) == answered(now.result)
+            end = await stream.frame()
+            assert end is not None
+            assert (end["id"], end["result"]["_meta"]) == ("s-1", {SUBSCRIPTION_ID: "s-1"})
+            assert await stream.frame() is None
 
 
 @pytest.mark.requirement("B4.22", "B4.25")
@@ -216,3 +220,24 @@ async def test_core_events_still_reach_listeners_through_keels_bus(
 
             await post(url, "tasks/cancel", {"taskId": task_id})
             await until(only, task_id, *TERMINAL)  # no tools/list_changed on the way
+
+
+@pytest.mark.requirement("B4.22")
+async def test_a_write_that_changes_nothing_a_client_sees_sends_nothing(
+    mcp_server: MCPServer[Any], keel_app: Keel
+) -> None:
+    """A write that moves only lastUpdatedAt (as a lease renewal does; here the same
+    statusMessage set again) sends no notification: the next frame is the next change
+    a client can see, carrying the current lastUpdatedAt."""
+    task = await keel_app.store.create(arguments={})
+    async with serve_http(mcp_server) as url:
+        await keel_app.store.set_status_message(task.task_id, "step 1")
+        async with listen(url, {"taskIds": [task.task_id]}) as stream:
+            await stream.notification()  # the ack
+            assert task_of(await stream.notification())["statusMessage"] == "step 1"
+            await keel_app.store.set_status_message(task.task_id, "step 1")
+            await keel_app.store.set_status_message(task.task_id, "step 2")
+            frame = task_of(await stream.notification())
+            assert frame["statusMessage"] == "step 2"
+            now = await post(url, "tasks/get", {"taskId": task.task_id})
+            assert frame == answered(now.result)

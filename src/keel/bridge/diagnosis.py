@@ -99,6 +99,7 @@ STEP = 0.5
 ONSET_SLACK = 2  # minutes by which another suspect's onset must match the incident's better
 ELSEWHERE = 0.01  # weight kept by an abrupt change that began at another incident's time
 CUT = 0.5  # confidence kept when the top suspect's change belongs to another incident
+PAIRED = 0.75  # ... for an incident opened within minutes of another (keel.bridge.overlap)
 MAX_WEAK = 3  # weak signals listed when there is no clear cause
 MAX_LEADS = 5  # leads in all (weak signals, then recent changes on the path)
 MAX_HYPOTHESES = 6  # hypotheses a result lists
@@ -358,6 +359,7 @@ def score_suspects(evidence: Mapping[str, Any]) -> Json:
         },
         "suspects": suspects,
         "weak": dict(sorted(weak.items(), key=lambda kv: (-kv[1]["z"], kv[0]))[:MAX_WEAK]),
+        "paired": bool(evidence.get("pair")),
     }
 
 
@@ -542,6 +544,8 @@ def _confidence(top: Mapping[str, Any], scores: Mapping[str, Any]) -> float:
     value = 0.2 + 0.7 * float(suspect["share"]) * (0.5 + 0.5 * sure) * (0.7 + 0.3 * shows)
     if suspect.get("elsewhere"):
         value *= CUT  # its change began at another incident's time: all there is, not sure
+    if scores.get("paired"):
+        value *= PAIRED  # two faults minutes apart: which is whose is less sure
     return round(value, 2)
 
 

@@ -12,7 +12,11 @@ own time:
 * the **second-opened** one is judged from the latest clear step before it was opened:
   when the steps of what its requests reach fall in two groups ``SEPARATE`` minutes or
   more apart, its windows are re-anchored at the later group (its own fault), and the
-  changes of the earlier group (the other incident's) are cut.
+  changes of the earlier group (the other incident's) are cut; not re-anchored, a clear
+  step ``SEPARATE`` minutes or more before a change that began at its onset is cut.
+
+The earliest step of the first-opened one, and the change at the onset of the second,
+may be dated loosely (a fit of ``LOOSE``); what is cut must be dated clearly (``STEP``).
 
 A cut keeps ``ELSEWHERE`` of a suspect's weight; when the top suspect itself was cut, the
 confidence is lowered (``diagnosis._confidence``). With one group of steps nothing is cut:
@@ -96,18 +100,22 @@ def attribute(impacts: Json, pair: Mapping[str, Any] | None) -> None:
     Suspects cut already (``diagnosis._attribute``) are left as they are."""
     if not pair:
         return
+    dated, loose = _dated(impacts, STEP), _dated(impacts, LOOSE)
     if pair["order"] == "first":
-        dated = _dated(impacts, STEP)
-        if not dated:
+        if not loose:
             return
-        earliest = min([*dated.values(), *([0] if pair.get("onset_found") else [])])
+        earliest = min([*loose.values(), *([0] if pair.get("onset_found") else [])])
         other = {name for name, at in dated.items() if at >= earliest + LATE}
     elif pair.get("moved"):
         # re-anchored at this incident's own step: what began before it, even loosely
         # dated, is the other incident's
-        other = {name for name, at in _dated(impacts, LOOSE).items() if at <= -SEPARATE}
+        other = {name for name, at in loose.items() if at <= -SEPARATE}
     else:
-        return
+        # not re-anchored: a clear step well before a change that began at the onset
+        at_onset = [at for at in loose.values() if at > -SEPARATE]
+        if not at_onset:
+            return
+        other = {name for name, at in dated.items() if at <= min(at_onset) - SEPARATE}
     for name in other:
         impacts[name]["weight"] = round(impacts[name]["weight"] * ELSEWHERE, 4)
         impacts[name]["elsewhere"] = True

@@ -21,9 +21,18 @@ import click
 from keel.cli.common import KeelCliError, warn
 
 if TYPE_CHECKING:
+    from mcp.server import MCPServer
+
     from keel.mcp.access import HttpAccess, ServerAuth
 
-__all__ = ["ACCESS_KEYS", "ACCESS_OPTIONS", "ServeAccess", "access_problem", "serve_access"]
+__all__ = [
+    "ACCESS_KEYS",
+    "ACCESS_OPTIONS",
+    "ServeAccess",
+    "access_problem",
+    "check_served",
+    "serve_access",
+]
 
 ACCESS_KEYS = frozenset(
     {
@@ -32,6 +41,9 @@ ACCESS_KEYS = frozenset(
     }
 )  # fmt: skip
 """The ``[serve]`` keys of these options (the parameter names ``serve`` receives)."""
+
+DEFAULT_MAX_SESSIONS = 1_000  # keel.mcp.access.MAX_SESSIONS (not imported: keel --help stays fast)
+DEFAULT_IDLE = 300.0  # seconds: keel.mcp.access.SESSION_IDLE_TIMEOUT
 
 ACCESS_OPTIONS: list[Callable[[Any], Any]] = [
     click.option(
@@ -69,7 +81,7 @@ ACCESS_OPTIONS: list[Callable[[Any], Any]] = [
     ),
     click.option(
         "--max-sessions",
-        default=1_000,
+        default=DEFAULT_MAX_SESSIONS,
         show_default=True,
         type=click.IntRange(1, 1_000_000),
         envvar="KEEL_MAX_SESSIONS",
@@ -77,7 +89,7 @@ ACCESS_OPTIONS: list[Callable[[Any], Any]] = [
     ),
     click.option(
         "--session-idle-timeout",
-        default=300.0,
+        default=DEFAULT_IDLE,
         show_default=True,
         type=click.FloatRange(1.0, 86_400.0),
         envvar="KEEL_SESSION_IDLE_TIMEOUT",
@@ -157,13 +169,27 @@ def serve_access(host: str, port: int, options: dict[str, Any]) -> ServeAccess:
         port,
         hosts=values.get("allowed_hosts") or (),
         origins=values.get("allowed_origins") or (),
-        max_sessions=values.get("max_sessions", 1_000),
-        session_idle_timeout=values.get("session_idle_timeout", 300.0),
+        max_sessions=values.get("max_sessions", DEFAULT_MAX_SESSIONS),
+        session_idle_timeout=values.get("session_idle_timeout", DEFAULT_IDLE),
     )
     if auth is None and insecure and not is_loopback(host):
         warn(f"--insecure-no-auth: anyone who can reach {host}:{port} may call every tool")
     lines = [f"  auth:    {'none' if auth is None else auth.description}", *http.describe()]
     return ServeAccess(http, auth, lines)
+
+
+def check_served(access: ServeAccess | None, server: MCPServer[Any], app: str) -> None:
+    """Refuse to serve an app whose server does not authenticate as ``--auth`` asked
+    (an app module that built its ``MCPServer`` without ``ServeSettings.server_for``).
+
+    Raises:
+        KeelCliError: ``--auth`` is set and the server has no token verifier.
+    """
+    if access is not None and access.auth is not None and server.settings.auth is None:
+        raise KeelCliError(
+            f"--app {app} built its server without ServeSettings.server_for, so --auth "
+            "cannot apply to it; build it with settings.server_for(app, name)"
+        )
 
 
 def _auth(spec: str, host: str, port: int, values: dict[str, Any]) -> ServerAuth | None:

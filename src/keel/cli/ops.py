@@ -43,14 +43,16 @@ def refuse_off_loopback(host: str) -> None:
     envvar="KEEL_OPS_PORT",
     help="0: any free port (named in the 'running on' line).",
 )
+@click.option("--check", is_flag=True, help="Open the store, print the settings, and exit.")
 @click.pass_context
-def ops(ctx: click.Context, host: str, port: int, store_timeout: float) -> None:
+def ops(ctx: click.Context, host: str, port: int, store_timeout: float, check: bool) -> None:
     """Serve the operator console at http://HOST:PORT/ops: every task of the store,
     newest first; answer a task's input request; cancel a task. Actions are recorded in
     the task's history as made by "local operator". See docs/ops.md.
     """
     import uvicorn
 
+    from keel.cli.serve import check_port
     from keel.ops import MOUNT, standalone_app
     from keel.store import open_store
     from keel.store.maintenance import verify
@@ -60,10 +62,19 @@ def ops(ctx: click.Context, host: str, port: int, store_timeout: float) -> None:
     if location.kind == "memory":
         raise KeelCliError("keel ops cannot use memory://: it would show a store of its own")
     store = open_store(location.url or str(location.path), timeout=store_timeout)
-    verify(store)  # one clear error now if the store cannot be read
+    try:
+        verify(store)  # one clear error now if the store cannot be read
+        if not check:
+            check_port(host, port)
+    except BaseException:
+        anyio.run(store.close)
+        raise
     where = f"{host}:{port}" if port else f"{host}:<a free port, in the 'running on' line>"
     click.echo(f"keel ops: operator console at http://{where}{MOUNT}/", err=True)
     click.echo(f"  store: {location.describe()}", err=True)
+    if check:
+        anyio.run(store.close)
+        return
     config = uvicorn.Config(
         standalone_app(store),
         host=host,

@@ -38,7 +38,14 @@ from typing import TYPE_CHECKING, Any
 import click
 from click.core import ParameterSource
 
-from keel.cli.access import ACCESS_KEYS, ACCESS_OPTIONS, access_problem, serve_access
+from keel.cli.access import (
+    ACCESS_KEYS,
+    ACCESS_OPTIONS,
+    ServeAccess,
+    access_problem,
+    check_served,
+    serve_access,
+)
 from keel.cli.common import (
     CliState,
     KeelCliError,
@@ -52,7 +59,7 @@ from keel.store import ENV_VAR, Location, parse_location
 if TYPE_CHECKING:
     from keel.mcp.serving import Served, ServeSettings
 
-__all__ = ["BUILT_IN", "OWN_KEYS", "AppModule", "serve", "served_apps"]
+__all__ = ["BUILT_IN", "OWN_KEYS", "AppModule", "check_port", "serve", "served_apps"]
 
 BUILT_IN = {"bridge": "keel.bridge", "conformance": "keel.conformance"}
 """The apps served by name: each a module with ``build_server`` (see keel.mcp.serving)."""
@@ -360,13 +367,14 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
     says otherwise; with PostgreSQL, several `keel serve --no-worker` front ends and
     `keel worker` processes can share one database.
     """
-    from keel.mcp.serving import ServeSettings, run_http, run_stdio
-    from keel.store.maintenance import verify
+    from keel.mcp.serving import ServeSettings, run_stdio
     from keel.telemetry import Telemetry
     from keel.telemetry.logs import configure
+    from keel.telemetry.tracing import configure_from_environment
 
     started = time.monotonic()
     configure(log_format, verbose=verbose)
+    configure_from_environment("keel-serve")  # OTEL_EXPORTER_OTLP_*: spans exported
     telemetry = Telemetry(expect_workers=not no_worker)
     location = _store_location(ctx, data_dir)
     if location.kind == "memory" and no_worker:
@@ -382,15 +390,10 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
         telemetry=telemetry,
     )
     served = _build(ctx, app_spec, settings, app_options)
-    if served.app.location is not None:  # the app opens it: with the timeout
-        served.app.use_store(served.app.location, timeout=store_timeout)
-    verify(served.app.store)  # open the store now: one clear error if it cannot be served from
+    check_served(access, served.server, app_spec)
+    _open_store(served, store_timeout)
     telemetry.attach(served.app.store)  # counts and logs what it commits; /readyz reads it
-    if transport == "http" and not check:
-        _check_port(host, port)
-    endpoint = "stdio" if transport == "stdio" else f"http://{host}:{port}/mcp"
-    if transport == "http" and port == 0:  # the system picks; uvicorn's line names it
-        endpoint = f"http://{host}:<a free port, in the 'running on' line below>/mcp"
+    endpoint = _endpoint(transport, host, port, check=check)
     config = ctx.meta.get("keel.config_path")
     console, mounts = _console(served, host, port) if transport == "http" else (None, {})
     for line in [
@@ -410,17 +413,55 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
     if transport == "stdio":
         run_stdio(served.server, settings.closed)  # SIGTERM: tasks given back, store closed
         return
+    _run_http(served, settings, host, port, access, mounts, json_logs=log_format == "json")
+
+
+def _run_http(  # noqa: PLR0917 - what serve settled, handed on
+    served: Served,
+    settings: ServeSettings,
+    host: str,
+    port: int,
+    access: ServeAccess | None,
+    mounts: dict[str, Any],
+    *,
+    json_logs: bool,
+) -> None:
+    """Serve ``served`` over streamable HTTP at /mcp until a signal stops it."""
+    from keel.mcp.serving import run_http
+
     run_http(
         served.server,
         host=host,
         port=port,
         access=None if access is None else access.http,
         on_stop=settings.stopping,  # listen streams end gracefully (keel.mcp.push)
-        json_logs=log_format == "json",
+        json_logs=json_logs,
         mounts=mounts,
         streamable_http_path="/mcp",
         json_response=True,
     )
+
+
+def _open_store(served: Served, store_timeout: float) -> None:
+    """Open the app's store now, with the timeout: one clear error if it cannot be
+    served from."""
+    from keel.store.maintenance import verify
+
+    if served.app.location is not None:  # the app opens it: with the timeout
+        served.app.use_store(served.app.location, timeout=store_timeout)
+    verify(served.app.store)
+
+
+def _endpoint(transport: str, host: str, port: int, *, check: bool) -> str:
+    """Where the server will be, for the startup message; an HTTP address that cannot
+    be listened on fails here (unless only checking)."""
+    if transport == "stdio":
+        return "stdio"
+    if not check:
+        check_port(host, port)
+    if port == 0:  # the system picks; uvicorn's line names it
+        return f"http://{host}:<a free port, in the 'running on' line below>/mcp"
+    return f"http://{host}:{port}/mcp"
 
 
 def _console(served: Served, host: str, port: int) -> tuple[str, dict[str, Any]]:
@@ -476,7 +517,7 @@ def _build(
     return served
 
 
-def _check_port(host: str, port: int) -> None:
+def check_port(host: str, port: int) -> None:
     """Fail with one clear line if the address cannot be listened on (before uvicorn
     would, with a log line and exit code 3)."""
     try:

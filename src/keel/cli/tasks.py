@@ -19,6 +19,7 @@ from keel.cli.common import (
     run_with_store,
     store_option,
 )
+from keel.cli.listing import SinceParam, newest
 from keel.cli.render import (
     dump_json,
     reclaimed_table,
@@ -84,36 +85,61 @@ def tasks() -> None:
     """
 
 
-@tasks.command("list", short_help="List tasks: id, status, name, message, attempt, updated.")
+@tasks.command("list", short_help="List tasks, newest first: id, status, name, message, …")
 @store_option
 @click.option("--status", type=_STATUS_CHOICE, help="Only tasks with this status.")
+@click.option("--name", help="Only tasks of this tool (task name).")
+@click.option("--principal", help="Only tasks of this principal (owner).")
+@click.option(
+    "--since", type=SinceParam(), help="Only tasks created since: 15m, 2h, 7d, a date-time."
+)
+@click.option("--cursor", help="Continue a listing where the previous one stopped.")
 @click.option("--json", "as_json", is_flag=True, help="A JSON array of full task snapshots.")
 @click.option(
     "--limit",
     type=click.IntRange(min=1),
     default=100,
     show_default=True,
-    help="At most this many tasks, oldest first.",
+    help="At most this many tasks, newest first.",
 )
 @click.pass_context
-def list_tasks(ctx: click.Context, status: str | None, as_json: bool, limit: int) -> None:
-    """List tasks in creation order: id, status, name, status message, attempt, updated."""
+def list_tasks(  # noqa: PLR0917 - click passes every option as an argument
+    ctx: click.Context,
+    status: str | None,
+    name: str | None,
+    principal: str | None,
+    since: float | None,
+    cursor: str | None,
+    as_json: bool,
+    limit: int,
+) -> None:
+    """List tasks newest first (by creation): id, status, name, status message, attempt,
+    updated. A listing cut short by --limit says on stderr how to continue (--cursor)."""
     wanted = None if status is None else Status(status)
 
-    async def op(store: Store) -> list[Task]:
-        # One more than asked, to say whether the listing was cut short.
-        return list(await store.list(status=wanted, limit=limit + 1))
+    async def op(store: Store) -> tuple[list[Task], str | None]:
+        return await newest(
+            store,
+            status=wanted,
+            name=name,
+            principal=principal,
+            since=since,
+            limit=limit,
+            cursor=cursor,
+        )
 
-    found = run_with_store(ctx, op)
-    more, found = len(found) > limit, found[:limit]
+    found, rest = run_with_store(ctx, op)
     if as_json:
         click.echo(dump_json([task_to_json(t) for t in found]))
     elif not found:
         click.echo("no tasks" if wanted is None else f"no {wanted.value} tasks")
     else:
         click.echo(task_table(found, terminal_width()))
-    if more:
-        click.echo(f"keel: note: showing the first {limit} tasks; use --limit for more", err=True)
+    if rest is not None:
+        click.echo(
+            f"keel: note: showing the newest {limit} tasks; the next ones: --cursor {rest}",
+            err=True,
+        )
 
 
 @tasks.command("show", short_help="Show a task: every field, its input and its history.")

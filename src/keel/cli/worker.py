@@ -82,8 +82,10 @@ def worker(  # noqa: PLR0917 - click passes every option as an argument
     from keel.runtime import Worker, load_app
     from keel.telemetry import Telemetry
     from keel.telemetry.logs import configure
+    from keel.telemetry.tracing import configure_from_environment
 
     configure(log_format, verbose=verbose)
+    configure_from_environment("keel-worker")  # OTEL_EXPORTER_OTLP_*: spans exported
     if ":" not in app_spec or app_spec.startswith(":") or app_spec.endswith(":"):
         raise click.BadParameter(f"must be MODULE:ATTR, not {app_spec!r}", param_hint="--app")
     app = load_app(app_spec)

@@ -10,10 +10,17 @@ tasks it waits for; the response is a stream (SSE on HTTP) that carries, in orde
    more each time it changes (status, ``statusMessage``, input requests, its result):
    the full detailed task, identical to what ``tasks/get`` answers at that moment.
    Changes that follow each other faster than the stream is written are coalesced into
-   the latest state, never sent out of order; after a task's terminal state nothing
-   more is sent for it;
+   the latest state, never sent out of order; a write that moves only
+   ``lastUpdatedAt`` (a worker renewing its lease) sends nothing; after a task's
+   terminal state nothing more is sent for it;
 3. the SDK's core events (``toolsListChanged`` …) the listen asked for, as before;
-4. on a graceful server stop, the listen's result: the spec's graceful close.
+4. the listen's result, the spec's graceful close: on a graceful server stop, and once
+   every task of a listen that asked for tasks only has ended (nothing more can come).
+
+A 2025-11-25 client (a handshake session) that asked ``tasks/get`` for a task gets
+``notifications/tasks/status`` (the 2025 ``Task``) on each change of it after that,
+until it ends, on its session's own channel (the GET stream on HTTP):
+:meth:`TaskPush.watch_session`, called by :mod:`keel.mcp.v2025`.
 
 Every frame carries ``_meta["io.modelcontextprotocol/subscriptionId"]`` = the listen
 request's id. No ``notifications/progress`` or ``notifications/message`` is ever sent on
@@ -50,12 +57,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 import anyio
+import anyio.abc
 from mcp.server import MCPServer, ServerRequestContext
 from mcp.server.context import CallNext, HandlerResult
 from mcp.server.mcpserver import require_client_extension
@@ -93,6 +101,7 @@ MAX_STREAMS = 10_000  # open listen streams one server serves at once
 MAX_TASK_IDS = 1_000  # task ids one listen may name
 MAX_EVENTS = 1_024  # distinct core events a stream may have pending before it is ended
 FEED_RETRY = 1.0  # seconds before the feed reader tries again after the store failed
+SEND_WAIT = 10.0  # seconds a 2025-11-25 session's notification may take before it is dropped
 
 Lifespan = Callable[[MCPServer[Any]], AbstractAsyncContextManager[dict[str, Any]]]
 
@@ -103,6 +112,32 @@ class TaskNotification(Notification[dict[str, Any], Literal["notifications/tasks
 
     method: Literal["notifications/tasks"] = "notifications/tasks"
     params: dict[str, Any]
+
+
+Wire = Callable[[Task], dict[str, Any]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+def _visible(wire: dict[str, Any]) -> dict[str, Any]:
+    """What a client sees change: all but ``lastUpdatedAt`` (a lease renewal moves it)."""
+    return {k: v for k, v in wire.items() if k != "lastUpdatedAt"}
+
+
+@dataclass(eq=False)
+class _Session:
+    """A 2025-11-25 session that asked for tasks: each change goes out through ``send``."""
+
+    owner: str
+    wire: Wire
+    send: Send
+    watched: set[str] = field(default_factory=set)
+    dirty: set[str] = field(default_factory=set)
+    sent: dict[str, dict[str, Any]] = field(default_factory=dict)
+    wake: anyio.Event = field(default_factory=anyio.Event)
+
+    def mark(self, task_ids: Iterable[str]) -> None:
+        self.dirty.update(task_ids)
+        self.wake.set()
 
 
 @dataclass(eq=False)
@@ -191,8 +226,10 @@ class TaskPush:
         self._wire = wire
         self._owner = owner
         self._streams: set[_Stream] = set()
-        self._watchers: dict[str, set[_Stream]] = {}
+        self._sessions: dict[object, _Session] = {}  # by the SDK's session object
+        self._watchers: dict[str, set[_Stream | _Session]] = {}
         self._running = False
+        self._tg: anyio.abc.TaskGroup | None = None
 
     @property
     def streams(self) -> int:
@@ -222,11 +259,11 @@ class TaskPush:
             tg.start_soon(self._follow, started)
             with anyio.fail_after(30):  # the feed's first item comes at once
                 await started.wait()
-            self._running = True
+            self._running, self._tg = True, tg
             try:
                 yield
             finally:
-                self._running = False
+                self._running, self._tg = False, None
                 self.close()
                 tg.cancel_scope.cancel()
 
@@ -243,8 +280,9 @@ class TaskPush:
                 async for change in self.app.store.changes():
                     started.set()
                     if change.task_ids is None:  # anything may have changed: re-read all
-                        for stream in self._streams:
-                            stream.mark(stream.watched)
+                        listeners: list[_Stream | _Session] = [*self._streams]
+                        for each in [*listeners, *self._sessions.values()]:
+                            each.mark(each.watched)
                         continue
                     for task_id in change.task_ids:
                         for stream in self._watchers.get(task_id, ()):
@@ -268,7 +306,9 @@ class TaskPush:
         core, task_ids = _requested(ctx.params)
         if task_ids is not None:
             require_client_extension(ctx, TASKS_EXTENSION)  # -32021
-        if not self._running:
+        if not self._running:  # no lifespan of ours: the SDK serves the core events
+            if task_ids is None:
+                return await call_next(ctx)
             raise MCPError(INTERNAL_ERROR, "task notifications are not running on this server")
         if len(self._streams) >= MAX_STREAMS:
             raise MCPError(INTERNAL_ERROR, "Subscription limit reached")
@@ -283,13 +323,14 @@ class TaskPush:
             self._unwatch(stream, set(stream.watched))
             self._streams.discard(stream)
 
-    def _watch(self, stream: _Stream, task_ids: Iterable[str]) -> None:
-        self._streams.add(stream)
+    def _watch(self, stream: _Stream | _Session, task_ids: Iterable[str]) -> None:
+        if isinstance(stream, _Stream):
+            self._streams.add(stream)
         for task_id in task_ids:
             stream.watched.add(task_id)
             self._watchers.setdefault(task_id, set()).add(stream)
 
-    def _unwatch(self, stream: _Stream, task_ids: Iterable[str]) -> None:
+    def _unwatch(self, stream: _Stream | _Session, task_ids: Iterable[str]) -> None:
         for task_id in task_ids:
             stream.watched.discard(task_id)
             watchers = self._watchers.get(task_id)
@@ -322,7 +363,9 @@ class TaskPush:
         )
         for task in first.values():
             await self._send(ctx, stream, task, meta)
-        while not stream.closed:
+        # A stream for tasks only ends, gracefully, once they all have: nothing more comes.
+        only_tasks = task_ids is not None and stream.core == SubscriptionFilter()
+        while not stream.closed and not (only_tasks and not stream.watched):
             await stream.wake.wait()
             stream.wake = anyio.Event()
             await self._drain(ctx, stream, meta)
@@ -345,7 +388,7 @@ class TaskPush:
             if task is not None:
                 await self._send(ctx, stream, task, meta)
 
-    async def _read(self, stream: _Stream, task_id: str) -> Task | None:
+    async def _read(self, stream: _Stream | _Session, task_id: str) -> Task | None:
         """The task as the store has it now, if it is the stream owner's; else it is no
         longer watched (unknown, another principal's or purged: all alike)."""
         try:
@@ -364,10 +407,12 @@ class TaskPush:
         task: Task,
         meta: dict[str, Any],
     ) -> None:
-        """``notifications/tasks`` with the task, unless the stream sent this very state."""
+        """``notifications/tasks`` with the task, unless the stream sent this very state
+        (a lease renewal moves only ``lastUpdatedAt``: no change a client sees)."""
         wire = self._wire(task)
-        if stream.sent.get(task.task_id) != wire:
-            stream.sent[task.task_id] = wire
+        seen = _visible(wire)
+        if stream.sent.get(task.task_id) != seen:
+            stream.sent[task.task_id] = seen
             # The SDK's ServerNotification union lacks the extension's notification, which
             # the session only serializes: the cast is for the type checker alone.
             notification = cast(
@@ -377,3 +422,47 @@ class TaskPush:
         if task.status.terminal:
             self._unwatch(stream, (task.task_id,))
             stream.sent.pop(task.task_id, None)
+
+    # --- 2025-11-25 sessions ----------------------------------------------------------
+
+    def watch_session(self, key: object, owner: str, task: Task, wire: Wire, send: Send) -> None:
+        """A 2025-11-25 session (``key``: the SDK's session object) asked for ``task``:
+        each later change of it is sent as ``send(wire(task))`` until it ends. Nothing
+        when push is not running, or for a task that has ended already."""
+        if self._tg is None or task.status.terminal:
+            return
+        session = self._sessions.get(key)
+        if session is None:
+            if len(self._sessions) >= MAX_STREAMS:
+                return
+            session = self._sessions[key] = _Session(owner, wire, send)
+            self._tg.start_soon(self._serve_session, key, session)
+        if task.task_id not in session.watched:
+            session.sent[task.task_id] = _visible(wire(task))  # what the caller just saw
+            self._watch(session, (task.task_id,))
+            session.mark((task.task_id,))  # it may have changed since the caller read it
+
+    async def _serve_session(self, key: object, session: _Session) -> None:
+        """Send a session's watched tasks as they change, until none is left or a send
+        fails (the session is gone)."""
+        try:
+            while session.watched:
+                await session.wake.wait()
+                session.wake = anyio.Event()
+                dirty, session.dirty = session.dirty & session.watched, set()
+                for task_id in dirty:
+                    task = await self._read(session, task_id)
+                    if task is None:
+                        continue
+                    wire = session.wire(task)
+                    if session.sent.get(task_id) != _visible(wire):
+                        session.sent[task_id] = _visible(wire)
+                        with anyio.fail_after(SEND_WAIT):
+                            await session.send(wire)
+                    if task.status.terminal:
+                        self._unwatch(session, (task_id,))
+        except Exception as exc:  # fan-out boundary: a closed or stuck session only ends its own
+            log.debug("2025-11-25 session no longer takes task notifications: %r", exc)
+        finally:
+            self._unwatch(session, set(session.watched))
+            self._sessions.pop(key, None)

@@ -265,7 +265,9 @@ class TasksExtension(Extension):
     def push(self) -> TaskPush:
         """Push notifications for these tasks (``subscriptions/listen`` with ``taskIds``):
         the middleware, bus and lifespan to give the server (:mod:`keel.mcp.push`)."""
-        return TaskPush(self.app, wire=self._wire, owner=_owner)
+        push = TaskPush(self.app, wire=self._wire, owner=_owner)
+        self.legacy.on_asked = push.watch_session  # 2025-11-25: notifications/tasks/status
+        return push
 
     def _poll_interval(self, task: Task) -> float:
         definition = self.app.tasks.get(task.name or "")

@@ -9,7 +9,8 @@ SHA-256 of its text, never the text itself::
 ``keel auth add-token NAME`` makes a token (``keel_`` and 43 random URL-safe
 characters, 256 bits), stores its hash and prints it once; ``keel auth list`` shows the
 names; ``keel auth revoke NAME`` removes one. Every change replaces the file whole
-(written beside it, then renamed), so a server reading it never sees half of it.
+(written beside it, then renamed), so a server reading it never sees half of it, and
+two ``keel auth`` commands at once take turns (a lock file beside it).
 
 :class:`TokenFileVerifier` is the SDK's ``TokenVerifier`` for such a file: a token is
 accepted if its hash is in the file, and its name is its principal (the ``client_id``
@@ -21,14 +22,17 @@ read any more refuses every token until it can (fail closed).
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import logging
 import os
 import re
 import secrets
+import stat
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,16 +96,17 @@ class TokenFile:
             ConfigurationError: a bad or taken name; the file cannot be read or written.
         """
         _check_name(name)
-        tokens = self.read()
-        if name in tokens:
-            raise ConfigurationError(
-                f"a token named {name!r} already exists in {self.path} "
-                "(keel auth revoke it first, or choose another name)"
-            )
-        token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-        created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        tokens[name] = {"sha256": hash_token(token), "created": created}
-        self._write(tokens)
+        with self._locked():
+            tokens = self.read()
+            if name in tokens:
+                raise ConfigurationError(
+                    f"a token named {name!r} already exists in {self.path} "
+                    "(keel auth revoke it first, or choose another name)"
+                )
+            token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+            created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            tokens[name] = {"sha256": hash_token(token), "created": created}
+            self._write(tokens)
         return token
 
     def revoke(self, name: str) -> None:
@@ -110,12 +115,37 @@ class TokenFile:
         Raises:
             ConfigurationError: no such token; the file cannot be read or written.
         """
-        tokens = self.read()
-        if name not in tokens:
-            known = ", ".join(sorted(tokens)) or "none"
-            raise ConfigurationError(f"no token named {name!r} in {self.path} (tokens: {known})")
-        del tokens[name]
-        self._write(tokens)
+        with self._locked():
+            tokens = self.read()
+            if name not in tokens:
+                known = ", ".join(sorted(tokens)) or "none"
+                raise ConfigurationError(
+                    f"no token named {name!r} in {self.path} (tokens: {known})"
+                )
+            del tokens[name]
+            self._write(tokens)
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Hold the file's lock (``.NAME.lock`` beside it): two ``keel auth`` commands at
+        once would otherwise each write the file without the other's change.
+
+        Raises:
+            ConfigurationError: the lock file cannot be made.
+        """
+        lock = self.path.with_name(f".{self.path.name}.lock")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise ConfigurationError(
+                f"cannot write the token file {self.path}: {exc.strerror or exc}"
+            ) from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
 
     def _write(self, tokens: Mapping[str, Mapping[str, str]]) -> None:
         """Replace the file whole with ``tokens``, mode 0600 (its folder made if need be)."""
@@ -177,6 +207,24 @@ def _is_digest(value: Any) -> bool:
     return isinstance(value, str) and re.fullmatch(r"[0-9a-f]{64}", value) is not None
 
 
+def _check_private(path: Path) -> None:
+    """Refuse a token file others may write: whoever can write it can let themselves in
+    (a hash of a token of their own is all it takes).
+
+    Raises:
+        ConfigurationError: the file is writable by its group or by everyone.
+    """
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return  # read() names the problem
+    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise ConfigurationError(
+            f"the token file {path} is writable by others (mode {stat.S_IMODE(mode):o}), "
+            f"so anyone could add a token: chmod 600 {path}"
+        )
+
+
 def _by_hash(tokens: Mapping[str, Mapping[str, str]]) -> dict[str, str]:
     return {entry["sha256"]: name for name, entry in tokens.items()}
 
@@ -197,6 +245,7 @@ class TokenFileVerifier:
             raise ConfigurationError(
                 f"no token file at {path}: create one with keel auth add-token NAME --tokens {path}"
             )
+        _check_private(path)
         self._seen = self._stat()
         self._names = _by_hash(self.file.read())  # sha256 -> name; a bad file fails here
 

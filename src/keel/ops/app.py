@@ -13,6 +13,7 @@ import math
 import re
 from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
@@ -25,8 +26,11 @@ from starlette.routing import Mount, Route
 from keel.errors import InputRejected, InvalidPayload, KeelError, TaskNotFound
 from keel.model import Status, Task
 from keel.ops.actions import Actions
+from keel.ops.bulk import MAX_BULK, cancel_all, live_matching
+from keel.ops.counts import CachedCounts
 from keel.ops.csrf import FIELD, check, remember, token_for
 from keel.ops.forms import fields_of, value_of
+from keel.ops.live import events
 from keel.store import Store
 from keel.store.browse import TaskFilter
 
@@ -40,6 +44,7 @@ MOUNT = "/ops"
 """Where the console lives, in ``keel serve`` and in ``keel ops``."""
 _TEXT_FILTERS = {"name": "name", "principal": "owner", "text": "text"}
 _TIME_FILTERS = ("created_from", "created_to", "updated_from", "updated_to")
+_FILTERS = frozenset({"status", *_TEXT_FILTERS, *_TIME_FILTERS})
 
 
 def _when(seconds: float | None) -> str:
@@ -125,6 +130,7 @@ class Console:
     def __init__(self, actions: Actions) -> None:
         self.actions = actions
         self.store: Store = actions.store
+        self.counts = CachedCounts(self.store)
 
     def render(
         self, request: Request, template: str, status_code: int = 200, **context: Any
@@ -144,7 +150,7 @@ class Console:
 
     async def tasks(self, request: Request) -> Response:
         query = dict(request.query_params)
-        counts = await self.store.counts()
+        counts, age = await self.counts.get()
         try:
             where = _filter_of(query)
             page = await self.store.browse(
@@ -152,7 +158,14 @@ class Console:
             )
         except InvalidPayload as exc:
             return self.render(
-                request, "tasks.html", 400, query=query, counts=counts, tasks=(), error=str(exc)
+                request,
+                "tasks.html",
+                400,
+                query=query,
+                counts=counts,
+                counts_age=age,
+                tasks=(),
+                error=str(exc),
             )
         more = None
         if page.next_cursor is not None:
@@ -162,10 +175,14 @@ class Console:
             "tasks.html",
             query=query,
             counts=counts,
+            counts_age=age,
             tasks=page.tasks,
             next_url=more,
             error=None,
         )
+
+    async def events(self, request: Request) -> Response:
+        return events(self.store, request)
 
     async def task(self, request: Request, **context: Any) -> Response:
         task_id = request.path_params["task_id"]
@@ -237,6 +254,23 @@ class Console:
             return await self.task(request, error=str(exc), status_code=409)
         return self._back(request, task, f"retry of {task_id}")
 
+    async def bulk_cancel(self, request: Request) -> Response:
+        """Count the live tasks the posted filter matches; cancel them once confirmed."""
+        fields, refused = await self._posted(request)
+        if refused is not None:
+            return refused
+        query = {k: v for k, v in fields.items() if k in _FILTERS and v}
+        page = partial(self.render, request, "bulk.html", query=query, limit=MAX_BULK)
+        try:
+            ids = await live_matching(self.store, _filter_of(query))
+        except InvalidPayload as exc:
+            return page(400, error=str(exc), count=None)
+        confirmed = fields.get("confirm")
+        if confirmed != str(len(ids)):  # a dry run, or the count changed since
+            return page(count=len(ids), changed=confirmed)
+        cancelled, finished = await cancel_all(self.actions, ids)
+        return page(count=len(ids), cancelled=cancelled, finished=finished)
+
     async def cancel(self, request: Request) -> Response:
         fields, refused = await self._posted(request)
         if refused is not None:
@@ -273,6 +307,8 @@ def ops_app(
     return Starlette(
         routes=[
             Route("/", console.tasks, methods=["GET"], name="tasks"),
+            Route("/events", console.events, methods=["GET"], name="events"),
+            Route("/bulk-cancel", console.bulk_cancel, methods=["POST"], name="bulk_cancel"),
             Route("/tasks/{task_id}", console.task, methods=["GET"], name="task"),
             Route("/tasks/{task_id}/answer", console.answer, methods=["POST"], name="answer"),
             Route("/tasks/{task_id}/cancel", console.cancel, methods=["POST"], name="cancel"),

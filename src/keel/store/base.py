@@ -41,6 +41,10 @@ __all__ = [
 T = TypeVar("T")
 
 MAX_CLAIM_BATCH = 100
+TRACE_STEP = "keel:trace-context"
+"""The step record that keeps a task's trace context (the W3C ``traceparent`` of the
+span that created it): written with the task, read by :meth:`TxStore.trace_context`,
+left out of :meth:`TxStore.steps`. Step names starting ``keel:`` are Keel's."""
 """Claims are bounded: a long claim transaction blocks every other writer."""
 
 MUTABLE_COLUMNS = (
@@ -365,9 +369,23 @@ class TxStore:
     async def steps(self, task_id: str, *, owner: str | None = None) -> Mapping[str, JsonValue]:
         def op(tx: Tx) -> dict[str, JsonValue]:
             _require(tx, task_id, owner)
-            return tx.get_steps(task_id)
+            steps = tx.get_steps(task_id)
+            steps.pop(TRACE_STEP, None)
+            return steps
 
         return await self._run(Op(op, _named(task_id)), write=False)
+
+    async def trace_contexts(self, task_ids: Collection[str]) -> dict[str, dict[str, str]]:
+        """The trace contexts tasks were created with (W3C ``traceparent`` and
+        ``tracestate``), by task id, in one read; tasks created outside a recorded span,
+        and unknown ones, are left out."""
+        ids = [task_id for task_id in task_ids if _known(task_id)]
+
+        def op(tx: Tx) -> dict[str, dict[str, str]]:
+            found = {task_id: tx.get_steps(task_id).get(TRACE_STEP) for task_id in ids}
+            return {k: v for k, v in found.items() if isinstance(v, dict)}
+
+        return await self._run(Op(op, tuple(ids)), write=False) if ids else {}
 
     # --- client writes -------------------------------------------------------------
 
@@ -383,6 +401,7 @@ class TxStore:
         max_attempts: int = 1,
         actor: str = "client",
         input_responses: Mapping[str, JsonValue] | None = None,
+        trace_context: Mapping[str, str] | None = None,
     ) -> Task:
         if not isinstance(owner, str):
             raise InvalidPayload(f"owner must be a string, not {owner!r}")
@@ -413,6 +432,8 @@ class TxStore:
             tx.insert(change.task)
             assert change.event is not None
             tx.append(change.event)
+            if trace_context:
+                tx.put_step(task_id, TRACE_STEP, _dumps(dict(trace_context)), change.event.at)
             return change.task
 
         return await self._write(Op(op), "create")

@@ -161,7 +161,7 @@ class _MemoryTx:
             self.undo.append(lambda: steps.__delitem__(step))
 
     def get_steps(self, task_id: str) -> dict[str, JsonValue]:
-        return {k: json.loads(v) for k, v in self._d.steps[task_id].items()}
+        return {k: json.loads(v) for k, v in self._d.steps.get(task_id, {}).items()}
 
     def events(self, task_id: str) -> list[Event]:
         return list(self._d.events[task_id])

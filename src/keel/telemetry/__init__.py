@@ -11,6 +11,7 @@ docs/observability.md describes what each says.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
@@ -23,9 +24,14 @@ from keel.telemetry.health import Health, Readiness, running_workers
 from keel.telemetry.logs import TransitionLog
 from keel.telemetry.metrics import Metrics
 
-__all__ = ["COUNTS_WAIT", "Telemetry"]
+__all__ = ["COUNTS_WAIT", "OFF_VAR", "Telemetry"]
 
 log = logging.getLogger("keel.telemetry")
+
+OFF_VAR = "KEEL_METRICS"
+"""``KEEL_METRICS=off``: the store is not observed (no counters, histograms or transition
+logs; /metrics keeps its gauges, /healthz and /readyz answer as ever): the baseline of
+bench/runtime_bench.py's overhead comparison, and an escape hatch."""
 
 COUNTS_WAIT = 1.0
 """Seconds a scrape waits for the store's task counts before it answers without them."""
@@ -77,7 +83,8 @@ class Telemetry:
             log.warning("store %r cannot be observed: no metrics or readiness", store)
             return
         self.store = store
-        store.observer = Observers(self.observers)
+        if os.environ.get(OFF_VAR, "").lower() != "off":
+            store.observer = Observers(self.observers)
         self.health = Health(store, expect_workers=self.expect_workers)
 
     def readiness(self) -> Readiness:

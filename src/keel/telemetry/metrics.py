@@ -90,6 +90,15 @@ class Metrics:
             ["op"], COMMIT_BUCKETS,
         )  # fmt: skip
         self._claimed: dict[tuple[str, int], float] = {}
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+    def _of(self, metric: Any, *labels: str) -> Any:
+        """``metric.labels(*labels)``, kept (the lookup takes a lock and checks labels)."""
+        key = (id(metric), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
 
     def gauge(self, name: str, doc: str, read: Callable[[], float]) -> None:
         """A gauge of this process read when scraped (workers, attempts, listeners)."""
@@ -107,7 +116,7 @@ class Metrics:
     # --- the observer ----------------------------------------------------------------
 
     def committed(self, commit: Committed) -> None:
-        self.commit.labels(commit.what).observe(commit.seconds)
+        self._of(self.commit, commit.what).observe(commit.seconds)
         if commit.what == "claim":
             self._claims(commit.result)
             return
@@ -123,7 +132,9 @@ class Metrics:
                 del self._claimed[key]
         for task in claimed:
             # A claim leaves ready_at alone and sets updated_at to its own time.
-            self.queue_wait.labels(_tool(task)).observe(max(0.0, task.updated_at - task.ready_at))
+            self._of(self.queue_wait, _tool(task)).observe(
+                max(0.0, task.updated_at - task.ready_at)
+            )
             self._claimed[(task.task_id, task.fence)] = task.updated_at
 
     def _transition(self, what: str, transition: Transition) -> None:
@@ -131,26 +142,26 @@ class Metrics:
         tool = _tool(transition.task)
         if event.from_status is None:
             if what == "create":
-                self.created.labels(tool).inc()
+                self._of(self.created, tool).inc()
                 if event.to_status is Status.INPUT_REQUIRED:
-                    self.input_requested.labels(tool).inc()
+                    self._of(self.input_requested, tool).inc()
             return
         self._attempt_end(what, transition, tool)
         to = event.to_status
         if what in {"retry", "recover_expired"}:
             if what == "recover_expired":
-                self.expiries.labels(tool).inc()
-            (self.dead if to is Status.FAILED else self.retries).labels(tool).inc()
+                self._of(self.expiries, tool).inc()
+            self._of(self.dead if to is Status.FAILED else self.retries, tool).inc()
         elif what == "release":
-            self.released.labels(tool).inc()
+            self._of(self.released, tool).inc()
         if to is Status.INPUT_REQUIRED and event.from_status is not Status.INPUT_REQUIRED:
-            self.input_requested.labels(tool).inc()
+            self._of(self.input_requested, tool).inc()
         if event.from_status is Status.INPUT_REQUIRED and to is Status.WORKING and old is not None:
-            self.input_wait.labels(tool).observe(max(0.0, event.at - old.updated_at))
+            self._of(self.input_wait, tool).observe(max(0.0, event.at - old.updated_at))
         ended = {Status.COMPLETED: self.completed, Status.FAILED: self.failed,
                  Status.CANCELLED: self.cancelled}.get(to)  # fmt: skip
         if ended is not None:
-            ended.labels(tool).inc()
+            self._of(ended, tool).inc()
 
     def _attempt_end(self, what: str, transition: Transition, tool: str) -> None:
         """The attempt-duration of an attempt this write ended, if this process claimed it."""
@@ -160,4 +171,5 @@ class Metrics:
         started = self._claimed.pop((old.task_id, old.fence), None)
         if started is not None:
             outcome = _ENDS_ATTEMPT.get(what, "recovered" if what == "recover_expired" else what)
-            self.attempt.labels(tool, outcome).observe(max(0.0, transition.event.at - started))
+            seconds = max(0.0, transition.event.at - started)
+            self._of(self.attempt, tool, outcome).observe(seconds)
