@@ -5,8 +5,12 @@ Importable from every tier (``tests/`` is on the path, as for ``keel_serve``).
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
 import sqlite3
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -14,7 +18,7 @@ import anyio
 from keel.model import Task
 from keel.store import SqliteStore
 
-__all__ = ["copied_alone", "damage", "filled", "wal_size"]
+__all__ = ["copied_alone", "damage", "filled", "read_only_folder", "wal_size"]
 
 PAGE = 4096  # bytes: SQLite's default page size, which Keel keeps
 
@@ -62,3 +66,31 @@ def wal_size(db: Path) -> int | None:
     """The size of ``db``'s WAL in bytes (None: there is none)."""
     wal = Path(f"{db}-wal")
     return wal.stat().st_size if wal.exists() else None
+
+
+@contextlib.contextmanager
+def read_only_folder(folder: Path) -> Iterator[Path | None]:
+    """``folder`` seen read-only: as root (whom permissions do not stop) a read-only bind
+    mount of it beside it, else ``folder`` itself without write permission; restored
+    after. None where neither can be made (root without ``mount``, or not allowed)."""
+    if os.geteuid() != 0:
+        mode = folder.stat().st_mode
+        folder.chmod(0o555)
+        try:
+            yield folder
+        finally:
+            folder.chmod(mode)
+        return
+    view = folder.with_name(f"{folder.name}-read-only")
+    view.mkdir()
+    mount = shutil.which("mount")
+    bind = [str(mount), "--bind", str(folder), str(view)]
+    if mount is None or subprocess.run(bind, check=False, capture_output=True).returncode:
+        yield None
+        return
+    try:
+        remount = [mount, "-o", "remount,bind,ro", str(view)]
+        ro = subprocess.run(remount, check=False, capture_output=True).returncode == 0
+        yield view if ro else None
+    finally:
+        subprocess.run(["umount", str(view)], check=False, capture_output=True)

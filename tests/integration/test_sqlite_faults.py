@@ -19,6 +19,7 @@ from keel.errors import NotAStore, StoreError, StoreUnavailable
 from keel.model import Status
 from keel.store import SqliteStore
 from runtime.support import outcome_through_outage
+from store_files import read_only_folder
 
 pytestmark = pytest.mark.anyio
 
@@ -101,6 +102,26 @@ async def test_a_read_only_file_cannot_be_written(db):
         assert _code(info.value).startswith(("SQLITE_READONLY", "SQLITE_CANTOPEN"))
     finally:
         db.chmod(0o644)
+
+
+def test_a_store_in_a_read_only_folder_is_named_read_only(tmp_path):
+    """A store file alone in a folder that cannot be written (a read-only mount, as a
+    read-only data volume is): SQLite cannot make its -wal and -shm there, and the error
+    says the folder is read-only, naming the store, instead of only "unable to open";
+    the file is left as it was."""
+    folder = tmp_path / "data"
+    folder.mkdir()
+    SqliteStore(folder / "keel.db").close_sync()
+    content = (folder / "keel.db").read_bytes()
+    with read_only_folder(folder) as view:
+        if view is None:
+            pytest.skip("no read-only folder can be made here (root without a bind mount)")
+        path = view / "keel.db"
+        message = f"cannot open store {path}: its folder is read-only"
+        with pytest.raises(StoreError, match=re.escape(message)) as info:
+            SqliteStore(path)
+        assert _code(info.value).startswith("SQLITE_CANTOPEN")
+        assert path.read_bytes() == content
 
 
 async def test_a_read_only_connection_cannot_write(db):

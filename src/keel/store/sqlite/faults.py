@@ -13,6 +13,7 @@ must be restored); the others are :class:`~keel.errors.StoreError`.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +50,10 @@ _UNREADABLE = (
     "replaced; restore it from a backup (one made by keel backup) ({detail})"
 )
 _READ_ONLY = "read-only: the file or its folder cannot be written; nothing was written ({detail})"
+_READ_ONLY_FOLDER = (
+    "cannot open store {path}: its folder is read-only, and SQLite must write {name}-wal "
+    "and {name}-shm beside it; make the folder writable or move the store ({detail})"
+)
 
 FAULTS: Final[dict[str, Fault]] = {
     f.name: f
@@ -115,6 +120,20 @@ def translate(exc: sqlite3.Error, path: Path | str) -> StoreError:
         error = StoreCorrupt(str(path), fault.message.format(path=path, detail=detail), detail)
     else:
         template = GENERIC if fault is None else fault.message
-        error = StoreError(template.format(path=path, detail=detail))
+        if fault is FAULTS["SQLITE_CANTOPEN"] and _read_only_folder(Path(path)):
+            template = _READ_ONLY_FOLDER
+        error = StoreError(template.format(path=path, name=Path(path).name, detail=detail))
     error.__cause__ = exc
     return error
+
+
+def _read_only_folder(path: Path) -> bool:
+    """Whether the existing file ``path`` sits in a folder that cannot be written: a
+    read-only file system (which stops root too) or no write permission."""
+    folder = path.parent
+    try:
+        if not path.is_file():
+            return False
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY) or not os.access(folder, os.W_OK)
+    except OSError:
+        return False
