@@ -16,6 +16,7 @@ from click.testing import CliRunner, Result
 
 from keel.cli.app import cli
 from keel.store import SqliteStore, open_store
+from keel.store.postgres import SCHEMA_VERSION
 from postgres.pg import drop_schema, new_schema, require_postgres, store_url
 from store_files import damage, filled
 
@@ -200,7 +201,9 @@ def test_check_on_postgresql_prints_the_schema_version_and_the_tasks_per_status(
         result = keel("--store", url, "check")
         assert result.exit_code == 0, result.stderr
         first, second = result.stdout.splitlines()
-        assert first.endswith(f"(schema {schema}): connected, schema readable, schema version 1")
+        assert first.endswith(
+            f"(schema {schema}): connected, schema readable, schema version {SCHEMA_VERSION}"
+        )
         assert (
             second == "tasks: 2 (working 1, input_required 0, completed 0, failed 0, cancelled 1)"
         )
