@@ -261,6 +261,8 @@ async def test_the_token_cookie_is_strict_and_scoped_to_the_console(
     assert "Path=/ops" in cookie
     second = await client.get("/ops/")
     assert "set-cookie" not in second.headers
+    assert second.headers["x-frame-options"] == "DENY"  # no clickjacking of the buttons
+    assert second.headers["content-security-policy"] == "frame-ancestors 'none'"
 
 
 async def test_retry_makes_a_new_linked_task_of_a_dead_lettered_one(

@@ -43,6 +43,14 @@ PAGE = 50
 MOUNT = "/ops"
 """Where the console lives, in ``keel serve`` and in ``keel ops``."""
 _TEXT_FILTERS = {"name": "name", "principal": "owner", "text": "text"}
+_HEADERS = {
+    # No other site may frame the console (its buttons act) or read where it came from.
+    "Content-Security-Policy": "frame-ancestors 'none'",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "same-origin",
+    "X-Content-Type-Options": "nosniff",
+    "Cache-Control": "no-store",
+}
 _TIME_FILTERS = ("created_from", "created_to", "updated_from", "updated_to")
 _FILTERS = frozenset({"status", *_TEXT_FILTERS, *_TIME_FILTERS})
 
@@ -143,7 +151,7 @@ class Console:
             operator=self.actions.operator,
             **context,
         )
-        response = HTMLResponse(html, status_code=status_code)
+        response = HTMLResponse(html, status_code=status_code, headers=_HEADERS)
         if new:
             remember(response, request, token)
         return response
