@@ -7,7 +7,6 @@ yet, so another host is refused with one line.
 
 from __future__ import annotations
 
-import ipaddress
 import signal
 
 import anyio
@@ -15,17 +14,7 @@ import click
 
 from keel.cli.common import KeelCliError, chosen_location, store_option, store_timeout_option
 
-__all__ = ["is_loopback", "ops"]
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` (an address or ``localhost``) is reachable from this machine only."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
+__all__ = ["ops", "refuse_off_loopback"]
 
 
 def refuse_off_loopback(host: str) -> None:
@@ -34,6 +23,8 @@ def refuse_off_loopback(host: str) -> None:
     Raises:
         KeelCliError: naming the host and what to do instead.
     """
+    from keel.ops.access import is_loopback  # keel.ops (templates) only when serving it
+
     if not is_loopback(host):
         raise KeelCliError(
             f"the operator console listens on loopback only (127.0.0.1, ::1, localhost), "

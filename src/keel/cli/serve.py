@@ -411,8 +411,8 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
 def _console(served: Served, host: str, port: int) -> tuple[str, dict[str, Any]]:
     """The operator console mounted beside /mcp on loopback (keel.ops), and how the
     startup message names it; off loopback it is left out (it has no sign-in yet)."""
-    from keel.cli.ops import is_loopback
     from keel.ops import MOUNT, ops_app
+    from keel.ops.access import is_loopback
 
     if not is_loopback(host):
         return f"off ({host} is not loopback; the console has no sign-in yet)", {}
