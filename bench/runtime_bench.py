@@ -28,11 +28,17 @@ default ``synchronous=full`` (every commit fsynced):
   worker process, writes the time its ``finally`` ran to a file);
 * **crash recovery**: a worker running a task is SIGKILLed; the time until the task's
   handler runs again on the other worker, against the lease TTL + 1 s;
+* **telemetry overhead**: no-op throughput of one worker process with metrics, transition
+  logs and tracing on (through the OpenTelemetry API, no SDK: a plain install) against
+  all of them off (``KEEL_METRICS=off``), and with an SDK recording every span (no
+  exporter); rounds of runs in rotating order, judged on the median of the ratios to the
+  same round's ``off`` run (target: on >= 95% of off);
 * **memory**: peak RSS (``VmHWM``) of a worker process with 10,000 tasks parked in
   ``input_required`` in its store, while it runs some of them to completion.
 
     uv run python bench/runtime_bench.py            # the full run (about 2 minutes)
     uv run python bench/runtime_bench.py --quick    # a smoke run
+    uv run python bench/runtime_bench.py --telemetry-only   # metrics and tracing on/off
 
 Prints a table and the targets met, and writes JSON (``--out``, default
 ``bench/results/runtime_bench.json``).
@@ -84,6 +90,14 @@ if os.environ.get("KEEL_BENCH_BARRIER") and __name__ != "__main__":
     # its imports done, until the benchmark writes a line to every worker's stdin.
     print(BARRIER_LINE, file=sys.stderr, flush=True)
     sys.stdin.readline()
+
+if os.environ.get("KEEL_BENCH_TRACING") == "1" and __name__ != "__main__":
+    # The overhead comparison's "on+sdk": spans recorded by the SDK, exported nowhere.
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from keel.telemetry import tracing
+
+    tracing.use_tracer_provider(TracerProvider())
 
 FINALLY: dict[str, float] = {}
 """In this process: task id -> when its hold handler's ``finally`` ran (time.time())."""
@@ -231,19 +245,28 @@ class WorkerProcess:
         return self.proc.wait(timeout=READY_TIMEOUT)
 
 
-def worker_env(marks: Path | None = None) -> dict[str, str]:
+def worker_env(marks: Path | None = None, extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in {"KEEL_STORE", "KEEL_BENCH_MARKS"}}
     env["KEEL_BENCH_LEASE"] = str(LEASE)
     if marks is not None:
         env["KEEL_BENCH_MARKS"] = str(marks)
+    env.update(extra or {})
     return env
 
 
 class Fleet:
     """Worker processes started by one phase; all stopped when it ends."""
 
-    def __init__(self, store: Path | str, *, concurrency: int, marks: Path | None = None) -> None:
+    def __init__(
+        self,
+        store: Path | str,
+        *,
+        concurrency: int,
+        marks: Path | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.store, self.concurrency, self.marks = store, concurrency, marks
+        self.env = env
         self.workers: list[WorkerProcess] = []
 
     def start(self, worker_id: str, *, barrier: bool = False) -> WorkerProcess:
@@ -251,7 +274,7 @@ class Fleet:
             self.store,
             worker_id,
             concurrency=self.concurrency,
-            env=worker_env(self.marks),
+            env=worker_env(self.marks, self.env),
             barrier=barrier,
         )
         self.workers.append(w)
@@ -300,6 +323,7 @@ class Results:
     cancel: list[dict[str, Any]] = field(default_factory=list)
     recovery: dict[str, Any] = field(default_factory=dict)
     memory: dict[str, Any] = field(default_factory=dict)
+    telemetry: dict[str, Any] = field(default_factory=dict)
 
 
 async def create_many(store: SqliteStore, name: str, count: int) -> list[str]:
@@ -324,17 +348,20 @@ async def throughput(
     concurrency: int,
     name: str = "noop",
     plan: str = "auto",
+    env: dict[str, str] | None = None,
+    label: str = "",
 ) -> dict[str, Any]:
     """``tasks`` tasks of handler ``name`` created, then run by ``processes`` worker
-    processes; ``plan`` is the workers' SQLite ``?plan=`` (see bench/plan_bench.py)."""
-    db = tmp / f"throughput-{name}-{processes}x{concurrency}.db"
+    processes (with ``env`` added to theirs); ``plan`` is the workers' SQLite ``?plan=``
+    (see bench/plan_bench.py)."""
+    db = tmp / f"throughput-{name}-{processes}x{concurrency}{label}.db"
     store = SqliteStore(db)
     try:
         t0 = time.perf_counter()
         ids = await create_many(store, name, tasks)
         create_seconds = time.perf_counter() - t0
         at = db if plan == "auto" else f"sqlite:///{db.resolve()}?plan={plan}"
-        with Fleet(at, concurrency=concurrency) as fleet:
+        with Fleet(at, concurrency=concurrency, env=env) as fleet:
             workers = [
                 fleet.start(f"tp{processes}x{concurrency}-{n}", barrier=True)
                 for n in range(processes)
@@ -384,6 +411,44 @@ async def throughput(
         "worker_cpu_us_per_task": round(cpu / tasks * 1e6),
         "completed_by_sample": per_worker,
     }
+
+
+TELEMETRY_MODES = {
+    "off": {"KEEL_METRICS": "off"},
+    "on": {"KEEL_METRICS": "on"},
+    "on+sdk": {"KEEL_METRICS": "on", "KEEL_BENCH_TRACING": "1"},
+}
+"""off: no store observer (no metrics, no transition logs), no tracer provider; on: what a
+plain install runs (metrics and transition logs on, spans through the OpenTelemetry API
+with no SDK); on+sdk: the same with an SDK tracer provider recording every span and
+exporting none (the cost of recording, without an exporter's)."""
+
+
+def telemetry_overhead(tmp: Path, tasks: int, repeat: int, concurrency: int = 4) -> dict[str, Any]:
+    """No-op throughput of one worker process in each of :data:`TELEMETRY_MODES`:
+    ``repeat`` rounds, the order within a round rotating, each mode judged against the
+    ``off`` run of its own round (the median of those paired ratios)."""
+    modes = list(TELEMETRY_MODES)
+    runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
+    for n in range(repeat):
+        for mode in modes[n % len(modes) :] + modes[: n % len(modes)]:
+            row = anyio.run(throughput, tmp / f"telemetry{n}", 1, tasks, concurrency, "noop",
+                            "auto", TELEMETRY_MODES[mode], f"-{mode}")  # fmt: skip
+            runs[mode].append(row)
+            _progress(f"telemetry {mode}, round {n + 1}: {row['tasks_per_s']:,.0f}/s")
+    out: dict[str, Any] = {"tasks": tasks, "concurrency": concurrency, "repeat": repeat}
+    for mode, rows in runs.items():
+        rates = [r["tasks_per_s"] for r in rows]
+        cpu = [r["worker_cpu_us_per_task"] for r in rows]
+        paired = [rate / off["tasks_per_s"] for rate, off in zip(rates, runs["off"], strict=True)]
+        out[mode] = {
+            "runs_per_s": rates,
+            "median_per_s": statistics.median(rates),
+            "cpu_us_per_task_median": statistics.median(cpu),
+            "paired_ratios": [round(x, 3) for x in paired],
+            "paired_ratio_median": round(statistics.median(paired), 3),
+        }
+    return out
 
 
 async def cancel_in_process(tmp: Path, samples: int, batch: int) -> dict[str, Any]:
@@ -656,6 +721,20 @@ def targets(r: Results) -> list[dict[str, Any]]:
                 "ok": rec["within_lease_plus_1s"] == rec["trials"],
             }
         )
+    if r.telemetry:
+        # Judged on the worker's CPU time per task (throughput = 1 / CPU for no-op tasks):
+        # on this shared VM the wall-clock rates of two runs a minute apart differ by half.
+        off, on, sdk = (r.telemetry[m] for m in ("off", "on", "on+sdk"))
+        cost = on["cpu_us_per_task_median"] / off["cpu_us_per_task_median"]
+        with_sdk = sdk["cpu_us_per_task_median"] / off["cpu_us_per_task_median"]
+        checks.append(
+            {
+                "target": "metrics and tracing on (no exporter): no-op throughput >= 95% of off",
+                "measured": f"CPU/task x{cost:.3f} (with an SDK recording spans x{with_sdk:.3f});"
+                f" run/s paired x{on['paired_ratio_median']:.2f}",
+                "ok": cost <= 1 / 0.95,
+            }
+        )
     if r.memory:
         checks.append(
             {
@@ -668,6 +747,12 @@ def targets(r: Results) -> list[dict[str, Any]]:
 
 
 def report(r: Results) -> None:
+    if r.throughput:
+        _report_phases(r)
+    _report_telemetry(r)
+
+
+def _report_phases(r: Results) -> None:
     print(
         "\nthroughput: no-op tasks, create -> claim -> run -> complete (sqlite, synchronous=full)"
     )
@@ -724,6 +809,21 @@ def report(r: Results) -> None:
         )
 
 
+def _report_telemetry(r: Results) -> None:
+    if not r.telemetry:
+        return
+    t = r.telemetry
+    print(f"\ntelemetry: no-op tasks, 1 process x {t['concurrency']}, {t['tasks']} tasks a run")
+    print(f"  {'mode':<7} {'run/s':>7} {'cpu µs/task':>12} {'/ off':>7}  runs (paired ratios)")
+    for mode in TELEMETRY_MODES:
+        row = t[mode]
+        runs = ", ".join(f"{x:,.0f} (x{y:.2f})" for x, y in
+                         zip(row["runs_per_s"], row["paired_ratios"], strict=True))  # fmt: skip
+        ratio = f"x{row['paired_ratio_median']:.3f}"
+        print(f"  {mode:<7} {row['median_per_s']:>7,.0f} "
+              f"{row['cpu_us_per_task_median']:>12,.0f} {ratio:>7}  {runs}")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=3000, help="no-op tasks per throughput run")
@@ -747,6 +847,11 @@ def main() -> None:
     parser.add_argument("--parked", type=int, default=10_000)
     parser.add_argument("--answered", type=int, default=200)
     parser.add_argument("--quick", action="store_true", help="fewer tasks, samples and trials")
+    parser.add_argument(
+        "--telemetry-only",
+        action="store_true",
+        help="only the metrics and tracing on/off comparison (--tasks tasks, --repeat pairs)",
+    )
     parser.add_argument("--out", default="bench/results/runtime_bench.json")
     args = parser.parse_args()
     if args.quick:
@@ -759,47 +864,9 @@ def main() -> None:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="keel-runtime-bench-") as name:
         tmp = Path(name)
-        for concurrency in (int(c) for c in args.concurrency.split(",")):
-            by_processes: dict[int, list[dict[str, Any]]] = {1: [], 2: []}
-            for n in range(args.repeat):
-                for processes, runs in by_processes.items():  # taking turns
-                    runs.append(
-                        anyio.run(throughput, tmp / f"run{n}", processes, args.tasks, concurrency)
-                    )
-            # Each two-process run against the one-process run just before it: the VM's
-            # speed drifts over minutes, and a pair seconds apart shares the same moment.
-            paired = [
-                two["tasks_per_s"] / one["tasks_per_s"]
-                for one, two in zip(by_processes[1], by_processes[2], strict=True)
-            ]
-            for processes, runs in by_processes.items():
-                in_order = [x["tasks_per_s"] for x in runs]
-                runs.sort(key=lambda row: row["tasks_per_s"])
-                row = runs[len(runs) // 2]  # the median run
-                row["runs_per_s"] = in_order
-                if processes == 2:
-                    row["paired_ratios"] = [round(x, 2) for x in paired]
-                    row["paired_ratio_median"] = round(statistics.median(paired), 2)
-                r.throughput.append(row)
-                _progress(f"throughput, {processes} x {concurrency}: {row['tasks_per_s']:,.0f}/s")
-        for processes in (1, 2):  # where the handlers' own work is what takes the time
-            runs = [
-                anyio.run(throughput, tmp / f"work{n}", processes, args.work_tasks, 4, "work")
-                for n in range(args.repeat)
-            ]
-            runs.sort(key=lambda row: row["tasks_per_s"])
-            row = runs[len(runs) // 2]
-            row["runs_per_s"] = [x["tasks_per_s"] for x in runs]
-            r.work.append(row)
-            _progress(f"1 ms CPU tasks, {processes} x 4: {row['tasks_per_s']:,.0f}/s")
-        r.cancel.append(anyio.run(cancel_in_process, tmp, args.cancel_samples, 25))
-        _progress(f"cancel in process: p99 {r.cancel[-1]['p99_ms']} ms")
-        r.cancel.append(anyio.run(cancel_cross_process, tmp, args.cancel_samples // 2, 25, rng))
-        _progress(f"cancel across processes: p99 {r.cancel[-1]['p99_ms']} ms")
-        r.recovery = anyio.run(kill_recovery, tmp, args.kill_trials, rng)
-        _progress(f"kill recovery: max {r.recovery['kill_to_running_max_s']} s")
-        r.memory = anyio.run(memory, tmp, args.parked, args.answered)
-        _progress(f"memory: {r.memory['vmhwm_mib']} MiB")
+        r.telemetry = telemetry_overhead(tmp, args.tasks, max(args.repeat, 3))
+        if not args.telemetry_only:
+            _rest(r, args, tmp, rng)
     report(r)
     checks = targets(r)
     print_targets(checks)
@@ -814,6 +881,51 @@ def main() -> None:
         targets=checks,
     )
     print(f"\nwrote {out} ({elapsed:.0f} s)")
+
+
+def _rest(r: Results, args: argparse.Namespace, tmp: Path, rng: random.Random) -> None:
+    """Every phase but the telemetry comparison, into ``r``."""
+    for concurrency in (int(c) for c in args.concurrency.split(",")):
+        by_processes: dict[int, list[dict[str, Any]]] = {1: [], 2: []}
+        for n in range(args.repeat):
+            for processes, runs in by_processes.items():  # taking turns
+                runs.append(
+                    anyio.run(throughput, tmp / f"run{n}", processes, args.tasks, concurrency)
+                )
+        # Each two-process run against the one-process run just before it: the VM's
+        # speed drifts over minutes, and a pair seconds apart shares the same moment.
+        paired = [
+            two["tasks_per_s"] / one["tasks_per_s"]
+            for one, two in zip(by_processes[1], by_processes[2], strict=True)
+        ]
+        for processes, runs in by_processes.items():
+            in_order = [x["tasks_per_s"] for x in runs]
+            runs.sort(key=lambda row: row["tasks_per_s"])
+            row = runs[len(runs) // 2]  # the median run
+            row["runs_per_s"] = in_order
+            if processes == 2:
+                row["paired_ratios"] = [round(x, 2) for x in paired]
+                row["paired_ratio_median"] = round(statistics.median(paired), 2)
+            r.throughput.append(row)
+            _progress(f"throughput, {processes} x {concurrency}: {row['tasks_per_s']:,.0f}/s")
+    for processes in (1, 2):  # where the handlers' own work is what takes the time
+        runs = [
+            anyio.run(throughput, tmp / f"work{n}", processes, args.work_tasks, 4, "work")
+            for n in range(args.repeat)
+        ]
+        runs.sort(key=lambda row: row["tasks_per_s"])
+        row = runs[len(runs) // 2]
+        row["runs_per_s"] = [x["tasks_per_s"] for x in runs]
+        r.work.append(row)
+        _progress(f"1 ms CPU tasks, {processes} x 4: {row['tasks_per_s']:,.0f}/s")
+    r.cancel.append(anyio.run(cancel_in_process, tmp, args.cancel_samples, 25))
+    _progress(f"cancel in process: p99 {r.cancel[-1]['p99_ms']} ms")
+    r.cancel.append(anyio.run(cancel_cross_process, tmp, args.cancel_samples // 2, 25, rng))
+    _progress(f"cancel across processes: p99 {r.cancel[-1]['p99_ms']} ms")
+    r.recovery = anyio.run(kill_recovery, tmp, args.kill_trials, rng)
+    _progress(f"kill recovery: max {r.recovery['kill_to_running_max_s']} s")
+    r.memory = anyio.run(memory, tmp, args.parked, args.answered)
+    _progress(f"memory: {r.memory['vmhwm_mib']} MiB")
 
 
 def _progress(text: str) -> None:

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +22,7 @@ from keel.bridge.otlp import read_spans
 from keel.bridge.settings import BridgeSettings
 from keel.bridge.sources import FileDeploys, JsonIncidents
 
-from .conftest import tree_bytes
+from .conftest import tree_bytes, truth_of
 
 TRACE = "5b8efff798038103d269b633813fc60c"
 
@@ -340,3 +344,82 @@ def test_span_kinds_and_the_callee_of_client_spans_are_read(tmp_path: Path) -> N
     ]
     # A service's own minutes count its server (and unspecified) spans only.
     assert [m[1] for m in TraceIndex(tmp_path / "index.db").minutes("a", 0, 2**62)] == [1]
+
+
+@pytest.mark.slow
+def test_a_deploy_csv_with_a_bom_lists_and_diagnoses_as_its_json(
+    dataset: Any, tmp_path: Path
+) -> None:
+    """The deploys as a spreadsheet exports them ("CSV UTF-8": a byte-order mark, CRLF
+    line ends) pass ingest, are listed by ``list_deploys`` and give every diagnosis the
+    same answer as the same deploys as JSON."""
+    from keel.bridge.core import open_bridge
+    from keel.bridge.diagnosis import run_diagnosis
+    from keel.bridge.tools import BridgeTools
+
+    settings = dataset(7)
+    data = tmp_path / "copy"
+    shutil.copytree(settings.data_dir, data)
+    records = json.loads((data / "deploys.json").read_text())
+    fields = ["id", "service", "version", "commit", "author", "deployed_at", "summary", "kind"]
+    lines = [",".join(fields)] + [
+        ",".join(str(record.get(f) or "") for f in fields) for record in records
+    ]
+    assert not any('"' in line or line.count(",") != len(fields) - 1 for line in lines)
+    (data / "deploys.csv").write_bytes(b"\xef\xbb\xbf" + "\r\n".join(lines).encode() + b"\r\n")
+    (data / "deploys.json").unlink()
+    with_csv = BridgeSettings(data_dir=data, deploys=data / "deploys.csv", pace="fast")
+    prepare(with_csv, log=lambda _line: None)
+    listed = BridgeTools(open_bridge(with_csv)).list_deploys(limit=1000)["deploys"]
+    assert sorted(d["id"] for d in listed) == sorted(r["id"] for r in records)
+    for truth in truth_of(settings):
+        incident, service = truth["incident_id"], truth["symptom_service"]
+        by_json = run_diagnosis(open_bridge(settings), incident, service)
+        by_csv = run_diagnosis(open_bridge(with_csv), incident, service)
+        assert by_csv["root_cause"] == by_json["root_cause"], incident
+        assert by_csv["confidence"] == by_json["confidence"], incident
+        assert by_csv["root_cause"] is not None, incident
+
+
+def _ingest_cli(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``keel bridge ingest`` (a real process) of a folder of 20 exports, 500 spans each."""
+    folder = tmp_path / "traces"
+    folder.mkdir(exist_ok=True)
+    for f in range(20):
+        spans = [span(f"{f * 1000 + i + 1:016x}") for i in range(500)]
+        (folder / f"part-{f:02d}.jsonl").write_text(json.dumps(request("a", *spans)) + "\n")
+    record = {"id": "INC-1", "title": "t", "opened_at": "2026-03-14T09:44:00Z"}
+    (tmp_path / "incidents.json").write_text(json.dumps([record]))
+    (tmp_path / "deploys.json").write_text("[]")
+    sources = ["--incidents", str(tmp_path / "incidents.json"), "--traces", str(folder)]
+    sources += ["--deploys", str(tmp_path / "deploys.json")]
+    index = tmp_path / f"index-{'FORCE_COLOR' in env}"
+    return subprocess.run(
+        [sys.executable, "-m", "keel", "bridge", "ingest", "--data-dir", str(index), *sources],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=True,
+    )
+
+
+@pytest.mark.slow
+def test_ingest_shows_a_progress_bar_on_a_terminal_and_plain_lines_else(
+    tmp_path: Path,
+) -> None:
+    """On a terminal (rich told so by FORCE_COLOR) ``keel bridge ingest`` draws a bar
+    that counts bytes and spans up to every span; piped, it prints plain lines only (no
+    escape codes). Both end with the same summary."""
+    env = {k: v for k, v in os.environ.items() if k not in {"FORCE_COLOR", "TTY_COMPATIBLE"}}
+    piped = _ingest_cli(tmp_path, env)
+    terminal = _ingest_cli(
+        tmp_path, {**env, "FORCE_COLOR": "1", "TTY_COMPATIBLE": "1", "COLUMNS": "120"}
+    )
+    drawn = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", terminal.stderr).replace("\r", "\n")
+    assert "indexing traces" in drawn
+    assert "10,000 spans" in drawn
+    assert "\x1b[" not in piped.stdout + piped.stderr
+    assert "indexing 20 trace files" in piped.stdout
+    for done in (piped, terminal):
+        assert "10,000 spans" in done.stdout.splitlines()[-1]

@@ -129,6 +129,14 @@ PART_A: tuple[Requirement, ...] = (
         f"A4 {_V1} §Task Status Notification, A5",
     ),
     Requirement(
+        "A4.6",
+        "MAY",
+        "A session that asked tasks/get for a task gets notifications/tasks/status (the "
+        "full Task) on its own channel (the GET stream) on each committed change after "
+        "that, until the task ends, without waiting in tasks/result.",
+        f"A4 {_V1} §Task Status Notification; issue 16 item 2",
+    ),
+    Requirement(
         "A5.1",
         "MUST",
         "The tasks/result answer carries _meta io.modelcontextprotocol/related-task {taskId}.",
@@ -489,21 +497,15 @@ ALL: tuple[Requirement, ...] = (
     Requirement(
         "B4.17",
         "MAY",
-        "Servers push notifications/tasks (a full DetailedTask) on a subscriptions/listen stream.",
+        "Servers push notifications/tasks (a full DetailedTask) on a subscriptions/listen "
+        "stream that names the task in notifications.taskIds (keel.mcp.push).",
         "B4 notifications [X §Task Status Notifications]",
-        deviation="not implemented: the SDK's subscriptions/listen serves a closed event union "
-        "and drops taskIds from its acknowledgement (mcp 2.3.0, mcp/server/subscriptions.py); the "
-        "conformance suite skips tasks-status-notifications. Clients poll tasks/get.",
     ),
     Requirement(
         "B4.18",
         "MUST",
         "subscriptions/listen asking for task notifications without the extension gets -32021.",
         "B4 notifications [X]",
-        deviation="no task notifications are offered at all (B4.17): subscriptions/listen is "
-        "the SDK's, which acknowledges only the core filters it honours and drops taskIds "
-        "from its acknowledgement whoever asks (mcp/server/subscriptions.py), so nothing "
-        "is subscribed, but no -32021 is sent either. Owed together with B4.17.",
     ),
     Requirement(
         "B4.19",
@@ -524,6 +526,55 @@ ALL: tuple[Requirement, ...] = (
         "An Mcp-Method or Mcp-Name header that disagrees with the body is refused with "
         "-32020 and HTTP 400; a missing Mcp-Name on tasks/* is accepted.",
         "B4 routing [CONF tasks-request-headers; SEP-2243]",
+    ),
+    Requirement(
+        "B4.22",
+        "MUST",
+        "Each notifications/tasks carries the complete DetailedTask, identical to what "
+        "tasks/get answers at that moment (inputRequests, statusMessage, result or error).",
+        "B4 notifications [X §Task Status Notifications]",
+    ),
+    Requirement(
+        "B4.23",
+        "MUST",
+        "The acknowledgement's notifications.taskIds confirms exactly the ids honoured: the "
+        "caller's own tasks; an unknown id and another principal's are left out alike.",
+        "B4 notifications [X]; B8 principals",
+    ),
+    Requirement(
+        "B4.24",
+        "MUST",
+        "Every frame of a listen stream (the ack, each notifications/tasks, core events) "
+        "carries _meta io.modelcontextprotocol/subscriptionId = the listen request's id.",
+        "B4 notifications [C26 SEP-2575 subscriptions/listen]",
+    ),
+    Requirement(
+        "B4.25",
+        "MUST",
+        "notifications/subscriptions/acknowledged is the first frame of the stream.",
+        "B4 notifications [C26 SEP-2575]",
+    ),
+    Requirement(
+        "B4.26",
+        "MUST NOT",
+        "A stream carries only what it asked for: no core event it did not request, no "
+        "notification of a task it does not listen to.",
+        "B4 notifications [C26 SubscriptionFilter]",
+    ),
+    Requirement(
+        "B4.27",
+        "SHOULD",
+        "A graceful server stop (SIGTERM) ends each open listen stream with the listen's "
+        "result, stamped with the subscription id, as its last frame.",
+        "B4 notifications [C26 SEP-2575 graceful closure]",
+    ),
+    Requirement(
+        "B4.28",
+        "MAY",
+        "Clients rely on notifications instead of polling: keel.mcp.client listens to the "
+        "task it resolves when the server offers it, polls when it does not or the stream "
+        "ends, and returns the task's own terminal state either way.",
+        "B4 notifications [X]",
     ),
     # --- B5. input_required ------------------------------------------------------------
     Requirement(
@@ -740,6 +791,14 @@ ALL: tuple[Requirement, ...] = (
         "MUST",
         "Several server processes on one store answer for each other's tasks.",
         "[I4] item 6",
+    ),
+    Requirement(
+        "K8",
+        "MUST",
+        "A change committed by a worker in another process (SQLite file, PostgreSQL) reaches "
+        "a front end's listen stream; a worker SIGKILLed mid-task and the task finished by "
+        "another still delivers the terminal state to the listener.",
+        "issue 16 item 3",
     ),
 )
 

@@ -1,6 +1,9 @@
 """Helpers for the tasks-extension tests: a real HTTP server in the test's event loop, raw
 JSON-RPC over HTTP, bearer-token principals, and the extension's request models.
 
+``listen(url, notifications)`` opens a raw ``subscriptions/listen`` stream and reads its
+SSE frames one at a time.
+
 ``serve_http(server)`` runs the SDK's Streamable HTTP app for an ``MCPServer`` under
 uvicorn on 127.0.0.1 (a port the OS picks), and stops it when the block ends. ``post``
 sends one hand-written 2026-07-28 request, so a test controls every header and ``_meta``
@@ -46,6 +49,7 @@ __all__ = [
     "VERSION",
     "WAIT",
     "Answer",
+    "Listen",
     "TokenVerifier",
     "auth_settings",
     "build_app",
@@ -53,6 +57,7 @@ __all__ = [
     "cancel",
     "client_as",
     "get",
+    "listen",
     "meta",
     "poll",
     "post",
@@ -168,11 +173,13 @@ def build_server(
         {"token_verifier": TokenVerifier(), "auth": auth_settings()} if auth else {}
     )
     tasks = TasksExtension(app, rate_limit_polls=rate_limit_polls)
+    push = tasks.push()
     server: MCPServer[Any] = MCPServer(
         "keel-tests",
         extensions=[tasks],
-        middleware=[tasks.middleware()],  # the 2025-11-25 tasks protocol
-        lifespan=keel_lifespan(app, concurrency=4),
+        middleware=[tasks.middleware(), push],  # the 2025-11-25 tasks protocol; push
+        subscriptions=push.bus,
+        lifespan=push.lifespan(keel_lifespan(app, concurrency=4)),
         **options,
     )
 
@@ -204,6 +211,23 @@ class Answer:
         result = self.body.get("result")
         assert isinstance(result, dict), f"expected a JSON-RPC result, got {self.body}"
         return result
+
+
+def headers_for(
+    method: str, *, name: str | None = None, token: str | None = None
+) -> dict[str, str]:
+    """The HTTP headers a 2026-07-28 client sends with ``method``."""
+    headers = {
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": VERSION,
+        "Mcp-Method": method,
+    }
+    if name is not None:
+        headers["Mcp-Name"] = name
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    return headers
 
 
 def meta(*, declared: bool = True, capabilities: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -370,3 +394,70 @@ async def poll(url: str, task_id: str, *statuses: str, token: str | None = None)
             if answer.result["status"] in statuses:
                 return answer.result
             await anyio.sleep(0.02)
+
+
+class Listen:
+    """One raw ``subscriptions/listen`` exchange: the HTTP status and content type, and
+    its frames (JSON-RPC messages) read one by one from the SSE body."""
+
+    def __init__(self, response: httpx2.Response) -> None:
+        self.response = response
+        self.status = response.status_code
+        self.content_type = response.headers.get("content-type", "")
+        self._lines = response.aiter_lines()
+
+    async def body(self) -> dict[str, Any]:
+        """A JSON (not SSE) answer: an error refused before the stream opened."""
+        body: dict[str, Any] = json.loads(await self.response.aread())
+        return body
+
+    async def frame(self, within: float = WAIT) -> dict[str, Any] | None:
+        """The next frame (bounded by ``within`` seconds), None once the stream has ended;
+        SSE comments (the SDK's keep-alive pings) are skipped."""
+        data: list[str] = []
+        with anyio.fail_after(within):
+            async for line in self._lines:
+                if line.startswith("data:"):
+                    data.append(line[5:].strip())
+                elif not line and data:
+                    frame: dict[str, Any] = json.loads("\n".join(data))
+                    return frame
+        return None
+
+    async def notification(self, within: float = WAIT) -> dict[str, Any]:
+        """The next frame, which must be a notification."""
+        frame = await self.frame(within)
+        assert frame is not None, "the stream ended"
+        assert "method" in frame, f"expected a notification, got {frame}"
+        return frame
+
+
+@asynccontextmanager
+async def listen(
+    url: str,
+    notifications: Mapping[str, Any],
+    *,
+    request_id: int | str = "listen-1",
+    declared: bool = True,
+    token: str | None = None,
+) -> AsyncIterator[Listen]:
+    """POST ``subscriptions/listen`` with ``notifications`` as a 2026-07-28 client does
+    and yield the open exchange; leaving the block disconnects."""
+    params = {"notifications": dict(notifications), "_meta": meta(declared=declared)}
+    message = {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "subscriptions/listen",
+        "params": params,
+    }
+    timeout = httpx2.Timeout(WAIT, read=None)
+    async with (
+        httpx2.AsyncClient(timeout=timeout) as http,
+        http.stream(
+            "POST",
+            url,
+            content=json.dumps(message),
+            headers=headers_for("subscriptions/listen", token=token),
+        ) as response,
+    ):
+        yield Listen(response)

@@ -65,10 +65,15 @@ class Sent:
 
 
 @asynccontextmanager
-async def recording_client(url: str, sent: Sent) -> AsyncIterator[Client]:
+async def recording_client(
+    url: str, sent: Sent, tasks: Tasks | None = None
+) -> AsyncIterator[Client]:
+    """The official client with ``tasks`` (default: polling only, these tests are about
+    polling), every request it sends recorded in ``sent``."""
+    extension = Tasks(listen=False) if tasks is None else tasks
     async with (
         httpx2.AsyncClient(event_hooks={"request": [sent.hook]}, timeout=WAIT) as http,
-        Client(streamable_http_client(url, http_client=http), extensions=[Tasks()]) as client,
+        Client(streamable_http_client(url, http_client=http), extensions=[extension]) as client,
     ):
         yield client
 

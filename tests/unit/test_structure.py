@@ -1,6 +1,7 @@
 """Unit: the shape of ``src/keel`` — layers, no import cycle, module and function sizes.
 
-The house reads ``cli -> apps -> mcp -> runtime -> store -> model / errors``: a module may
+The house reads ``cli -> apps -> mcp -> runtime -> telemetry -> store -> model / errors``
+(telemetry sits right above the store, so that every layer above may use it): a module may
 import from its own layer or a lower one, never a higher one, and the import graph has no
 cycle. Every import counts, including those inside functions and under ``TYPE_CHECKING``.
 No module is over 700 lines and no function over 80 (from its ``def`` to its end, nested
@@ -22,12 +23,13 @@ LAYERS: dict[str, int] = {
     "keel.errors": 0,
     "keel.model": 0,
     "keel.store": 1,
-    "keel.runtime": 2,
-    "keel.mcp": 3,
-    "keel.bridge": 4,
-    "keel.conformance": 4,
-    "keel.ops": 4,
-    "keel.cli": 5,
+    "keel.telemetry": 2,
+    "keel.runtime": 3,
+    "keel.mcp": 4,
+    "keel.bridge": 5,
+    "keel.conformance": 5,
+    "keel.ops": 5,
+    "keel.cli": 6,
 }
 """Each package's floor. The root ``keel`` (lazy public exports) and ``keel.__main__``
 (the ``python -m keel`` entry) stand above every floor."""

@@ -42,6 +42,8 @@ from typing import Any
 from keel.bridge.core import Bridge
 from keel.bridge.errors import UnknownService
 from keel.bridge.evidence import DEPENDENCY, gather, own_onset
+from keel.bridge.leak import ramps
+from keel.bridge.overlap import attribute, later_onset, pair_of, steps
 from keel.bridge.records import NS_PER_MINUTE, format_time, parse_time
 from keel.bridge.report import (
     Citations,
@@ -50,8 +52,11 @@ from keel.bridge.report import (
     lead_text,
     numbered_leads,
     render,
+    signals,
     tell,
     weak_leads,
+    weak_signals,
+    why_none,
 )
 
 __all__ = [
@@ -93,6 +98,8 @@ ABRUPT = 0.6
 STEP = 0.5
 ONSET_SLACK = 2  # minutes by which another suspect's onset must match the incident's better
 ELSEWHERE = 0.01  # weight kept by an abrupt change that began at another incident's time
+CUT = 0.5  # confidence kept when the top suspect's change belongs to another incident
+PAIRED = 0.75  # ... for an incident opened within minutes of another (keel.bridge.overlap)
 MAX_WEAK = 3  # weak signals listed when there is no clear cause
 MAX_LEADS = 5  # leads in all (weak signals, then recent changes on the path)
 MAX_HYPOTHESES = 6  # hypotheses a result lists
@@ -141,13 +148,34 @@ def _minute_values(bridge: Bridge, service: str, first: int, last: int) -> dict[
 
 
 def detect_onset(bridge: Bridge, incident: Mapping[str, Any], service: str) -> Json:
-    """The onset of the trouble on ``service``, and the windows the diagnosis compares."""
+    """The onset of the trouble on ``service``, and the windows the diagnosis compares.
+
+    The second-opened incident of a pair (``keel.bridge.overlap``) is re-anchored at its
+    own fault's step when the steps of what its requests reach fall in two groups."""
     opened = parse_time(incident["opened_at"], "opened_at") // NS_PER_MINUTE
     first = opened - LOOKBACK - REFERENCE
     onset, how = _onset_of(bridge, service, first, opened)
     found = onset is not None
     if onset is None:
         onset, how = opened - 5, "no sustained change on the service; assumed 5 minutes before"
+    windows = _windows(service, onset, opened, found, how)
+    pair = pair_of(bridge.incidents.all(), incident)
+    if pair is None:
+        return windows
+    windows["pair"] = {**pair, "onset_found": found}
+    if pair["order"] == "second":
+        probe = collect_evidence(bridge, windows, bridge.services())
+        found_steps = steps(probe, _own_change)
+        moved = later_onset(found_steps, opened - onset)
+        if moved:
+            when_ = format_time((onset + moved) * NS_PER_MINUTE)
+            how = f"{how}; re-anchored at {when_}, where a change began after the other's"
+            pair = {**windows["pair"], "moved": moved}
+            windows = {**_windows(service, onset + moved, opened, found, how), "pair": pair}
+    return windows
+
+
+def _windows(service: str, onset: int, opened: int, found: bool, how: str) -> Json:
     baseline = [(onset - GAP - BASELINE) * NS_PER_MINUTE, (onset - GAP) * NS_PER_MINUTE]
     during = [onset * NS_PER_MINUTE, min(onset + DURING, opened + DURING) * NS_PER_MINUTE]
     return {
@@ -217,7 +245,7 @@ def collect_evidence(bridge: Bridge, windows: Mapping[str, Any], services: Seque
     timeline = (windows["onset_ns"] - TIMELINE * NS_PER_MINUTE, during[1])
     evidence = gather(rows, windows["service"], [baseline, during], services, timeline)
     evidence["timeline"]["onset"] = TIMELINE
-    return {"sampled": round(share, 4), **evidence}
+    return {"sampled": round(share, 4), **evidence, "pair": windows.get("pair")}
 
 
 # --- 4. score-suspects -----------------------------------------------------------------
@@ -285,7 +313,7 @@ def score_suspects(evidence: Mapping[str, Any]) -> Json:
                     "kind": entity["kind"],
                     "z": round(max(change["time_z"], change["failure_z"]), 2),
                     "reach": round(entity["reach"], 4),
-                    "signals": _weak_signals(name, change),
+                    "signals": weak_signals(name, change),
                 }
             continue
         impact = added_ms / usual_ms + failing / usual_failures
@@ -303,12 +331,13 @@ def score_suspects(evidence: Mapping[str, Any]) -> Json:
                 "failing_requests": round(failing, 5),
                 **change,
                 "reach": round(entity["reach"], 4),
-                "signals": _signals(name, entity, change),
+                "signals": signals(name, entity, change),
             }
     # Listed if its share is enough, before or after the cut of changes that belong to
     # another incident (a change cut stays listed: it is still a change).
     listed = _enough(impacts)
     _attribute(impacts, evidence)
+    attribute(impacts, evidence.get("pair"))
     listed |= _enough(impacts)
     total = sum(s["weight"] for s in impacts.values())
     for suspect in impacts.values():
@@ -330,6 +359,7 @@ def score_suspects(evidence: Mapping[str, Any]) -> Json:
         },
         "suspects": suspects,
         "weak": dict(sorted(weak.items(), key=lambda kv: (-kv[1]["z"], kv[0]))[:MAX_WEAK]),
+        "paired": bool(evidence.get("pair")),
     }
 
 
@@ -386,30 +416,6 @@ def _weak(change: Mapping[str, Any]) -> bool:
     return bool(slower or failing)
 
 
-def _weak_signals(name: str, change: Mapping[str, Any]) -> list[str]:
-    (m0, m1), (p0, p1) = change["median_ms"], change["failure_rate"]
-    return [
-        f"{name}: own time per call {m0:.1f} -> {m1:.1f} ms (z {change['time_z']:.1f}); "
-        f"failures starting there {p0:.1%} -> {p1:.1%} (z {change['failure_z']:.1f})"
-    ]
-
-
-def _signals(name: str, entity: Mapping[str, Any], change: Mapping[str, Any]) -> list[str]:
-    before, now = entity["baseline"], entity["during"]
-    out = []
-    if change["slower"]:
-        out.append(
-            f"{name}'s own time per call {before['median_ms']:.1f} -> {now['median_ms']:.1f} ms "
-            f"(median, x{change['ratio']:.1f})"
-        )
-    if change["failing"]:
-        out.append(
-            f"failures starting in {name}: {before['failure_rate']:.1%} -> "
-            f"{now['failure_rate']:.1%} of its calls"
-        )
-    return out
-
-
 # --- 5. correlate-changes --------------------------------------------------------------
 
 
@@ -462,7 +468,16 @@ def correlate_changes(
                 "explains": explains,
             }
         )
-    return {"window": [format_time(first), format_time(last)], "changes": out}
+    found: Json = {"window": [format_time(first), format_time(last)], "changes": out}
+    if not scores["symptom"]["changed"]:  # nothing stands out: a slow cause, maybe
+        slow = ramps(
+            bridge.index, windows, evidence, out, services=bridge.services(), change_of=_own_change
+        )
+        for change in out:
+            if change["deploy"]["service"] in slow:
+                change["explains"] = {change["deploy"]["service"]: "own"}
+        found["ramps"] = slow
+    return found
 
 
 # --- 6. rank-hypotheses ----------------------------------------------------------------
@@ -527,6 +542,10 @@ def _confidence(top: Mapping[str, Any], scores: Mapping[str, Any]) -> float:
     sure = min(1.0, max(0.0, (z - 3.5) / 5))
     shows = min(1.0, float(scores["symptom"]["impact"]) / 0.2)
     value = 0.2 + 0.7 * float(suspect["share"]) * (0.5 + 0.5 * sure) * (0.7 + 0.3 * shows)
+    if suspect.get("elsewhere"):
+        value *= CUT  # its change began at another incident's time: all there is, not sure
+    if scores.get("paired"):
+        value *= PAIRED  # two faults minutes apart: which is whose is less sure
     return round(value, 2)
 
 
@@ -541,6 +560,9 @@ def rank_hypotheses(
     symptom = windows["service"]
     cites = Citations()
     incident_cite = cites.incident(incident["id"])
+    if changes.get("ramps"):  # a slow cause: measured from before its change
+        changed = {**scores["symptom"], "changed": True}
+        scores = {**scores, "symptom": changed, "suspects": changes["ramps"]}
     ranked = _hypotheses(scores, changes) if scores["symptom"]["changed"] else []
     # The best explanation of each anomaly first, then other explanations of the same
     # ones: the alternatives a reader sees are other causes, not variations of the top.
@@ -563,7 +585,7 @@ def rank_hypotheses(
         conclusion = f"Root cause of {incident['id']}: {top['summary']}."
     else:
         confidence = 0.0
-        conclusion = f"No clear cause for {incident['id']}: {_why_none(scores, windows)}"
+        conclusion = f"No clear cause for {incident['id']}: {why_none(scores, windows)}"
         found = weak_leads(scores, cites, windows, evidence)
         found += change_leads(changes["changes"], _moved(evidence), cites, windows, evidence)
         hypotheses = numbered_leads(found, MAX_LEADS)
@@ -605,20 +627,6 @@ def _moved(evidence: Mapping[str, Any]) -> dict[str, float]:
         for name, entity in evidence["entities"].items()
         if entity["reach"] > 0 and "ratio" in (change := _own_change(entity))
     }
-
-
-def _why_none(scores: Mapping[str, Any], windows: Mapping[str, Any]) -> str:
-    symptom = scores["symptom"]
-    checked = (
-        f"{symptom['requests'][0]} and {symptom['requests'][1]} requests before and during; "
-        f"error rate {symptom['error_rate'][0]:.2%} -> {symptom['error_rate'][1]:.2%}, median "
-        f"{symptom['median_ms'][0]:.0f} -> {symptom['median_ms'][1]:.0f} ms"
-    )
-    return (
-        f"no service or dependency that {windows['service']}'s requests reach changed "
-        f"enough around {windows['onset']} to account for the incident ({checked}); no "
-        "change stands out."
-    )
 
 
 # --- the pipeline ----------------------------------------------------------------------

@@ -17,9 +17,12 @@ __all__ = [
     "lead_text",
     "numbered_leads",
     "render",
+    "signals",
     "tell",
     "weak_leads",
+    "weak_signals",
     "when",
+    "why_none",
 ]
 
 Json = dict[str, Any]
@@ -314,3 +317,44 @@ def tell(  # noqa: PLR0917 - one hypothesis and everything needed to tell it
         "path": path,
         "claims": claims,
     }
+
+
+def weak_signals(name: str, change: Mapping[str, Any]) -> list[str]:
+    """The text of a weak signal on ``name``."""
+    (m0, m1), (p0, p1) = change["median_ms"], change["failure_rate"]
+    return [
+        f"{name}: own time per call {m0:.1f} -> {m1:.1f} ms (z {change['time_z']:.1f}); "
+        f"failures starting there {p0:.1%} -> {p1:.1%} (z {change['failure_z']:.1f})"
+    ]
+
+
+def signals(name: str, entity: Mapping[str, Any], change: Mapping[str, Any]) -> list[str]:
+    """What changed in ``name``'s own calls, as text."""
+    before, now = entity["baseline"], entity["during"]
+    out = []
+    if change["slower"]:
+        out.append(
+            f"{name}'s own time per call {before['median_ms']:.1f} -> {now['median_ms']:.1f} ms "
+            f"(median, x{change['ratio']:.1f})"
+        )
+    if change["failing"]:
+        out.append(
+            f"failures starting in {name}: {before['failure_rate']:.1%} -> "
+            f"{now['failure_rate']:.1%} of its calls"
+        )
+    return out
+
+
+def why_none(scores: Mapping[str, Any], windows: Mapping[str, Any]) -> str:
+    """Why there is no clear cause: what was checked."""
+    symptom = scores["symptom"]
+    checked = (
+        f"{symptom['requests'][0]} and {symptom['requests'][1]} requests before and during; "
+        f"error rate {symptom['error_rate'][0]:.2%} -> {symptom['error_rate'][1]:.2%}, median "
+        f"{symptom['median_ms'][0]:.0f} -> {symptom['median_ms'][1]:.0f} ms"
+    )
+    return (
+        f"no service or dependency that {windows['service']}'s requests reach changed "
+        f"enough around {windows['onset']} to account for the incident ({checked}); no "
+        "change stands out."
+    )

@@ -24,6 +24,7 @@ from typing import Any
 
 import click
 
+from keel.cli.auth import auth
 from keel.cli.bridge import bridge
 from keel.cli.common import (
     CliState,
@@ -184,6 +185,7 @@ cli.add_command(bridge)
 cli.add_command(db)
 cli.add_command(check)
 cli.add_command(backup)
+cli.add_command(auth)
 cli.add_command(ops)
 
 

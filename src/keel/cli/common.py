@@ -26,6 +26,7 @@ __all__ = [
     "KeelCliError",
     "chosen_location",
     "data_dir_option",
+    "log_format_option",
     "remember_store",
     "run_with_store",
     "store_option",
@@ -122,6 +123,19 @@ def data_dir_option(help_text: str) -> Callable[[F], F]:
         type=FilePath(file_okay=False, path_type=Path),
         help=help_text,
     )
+
+
+def log_format_option(fn: F) -> F:
+    """``--log-format text|json`` (``$KEEL_LOG_FORMAT``): how the process logs (one line per
+    task transition with ``-v``; see docs/observability.md)."""
+    return click.option(
+        "--log-format",
+        type=click.Choice(["text", "json"]),
+        default="text",
+        show_default=True,
+        envvar="KEEL_LOG_FORMAT",
+        help="Log lines as text or as one JSON object each.",
+    )(fn)
 
 
 def store_timeout_option(fn: F) -> F:

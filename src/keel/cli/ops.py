@@ -13,8 +13,9 @@ import anyio
 import click
 
 from keel.cli.common import KeelCliError, chosen_location, store_option, store_timeout_option
+from keel.mcp.access import is_loopback
 
-__all__ = ["ops", "refuse_off_loopback"]
+__all__ = ["ops"]
 
 
 def refuse_off_loopback(host: str) -> None:
@@ -23,8 +24,6 @@ def refuse_off_loopback(host: str) -> None:
     Raises:
         KeelCliError: naming the host and what to do instead.
     """
-    from keel.ops.access import is_loopback  # keel.ops (templates) only when serving it
-
     if not is_loopback(host):
         raise KeelCliError(
             f"the operator console listens on loopback only (127.0.0.1, ::1, localhost), "

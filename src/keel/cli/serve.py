@@ -24,7 +24,6 @@ option names with underscores (an app's options too)::
 from __future__ import annotations
 
 import importlib
-import logging
 import os
 import socket
 import time
@@ -39,10 +38,19 @@ from typing import TYPE_CHECKING, Any
 import click
 from click.core import ParameterSource
 
+from keel.cli.access import (
+    ACCESS_KEYS,
+    ACCESS_OPTIONS,
+    ServeAccess,
+    access_problem,
+    check_served,
+    serve_access,
+)
 from keel.cli.common import (
     CliState,
     KeelCliError,
     data_dir_option,
+    log_format_option,
     store_option_helped,
     store_timeout_option,
 )
@@ -65,9 +73,9 @@ DEFAULT_CONFIG = "keel.toml"
 OWN_KEYS = frozenset(
     {
         "app", "transport", "host", "port", "no_worker", "concurrency", "data_dir", "store",
-        "rate_limit_polls", "verbose", "store_timeout",
+        "rate_limit_polls", "verbose", "store_timeout", "log_format",
     }
-)  # fmt: skip
+) | ACCESS_KEYS  # fmt: skip
 """The ``[serve]`` keys of keel serve's own settings (each app's options add theirs)."""
 
 
@@ -229,7 +237,7 @@ def _table_problem(table: dict[str, Any], apps: dict[str, AppModule]) -> str | N
     return None
 
 
-_STRINGS = frozenset({"app", "transport", "host", "data_dir", "store"})
+_STRINGS = frozenset({"app", "transport", "host", "data_dir", "store", "log_format"})
 _NUMBERS = frozenset({"port", "concurrency"})
 _FLAGS = frozenset({"no_worker", "rate_limit_polls", "verbose"})
 
@@ -244,7 +252,7 @@ def _type_problem(key: str, value: object) -> str | None:
         return f"must be true or false, not {value!r}"
     if key == "store_timeout" and (isinstance(value, bool) or not isinstance(value, int | float)):
         return f"must be a number of seconds, not {value!r}"
-    return None
+    return access_problem(key, value)
 
 
 def _store_location(ctx: click.Context, data_dir: Path) -> Location:
@@ -312,7 +320,9 @@ _OWN_OPTIONS = [
         envvar="KEEL_RATE_LIMIT_POLLS",
         help="Refuse tasks/get polls faster than half the task's pollIntervalMs.",
     ),
+    *ACCESS_OPTIONS,
     click.option("-v", "--verbose", is_flag=True, help="Log requests and worker activity."),
+    log_format_option,
     click.option(
         "--check",
         is_flag=True,
@@ -346,6 +356,7 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
     verbose: bool,
     check: bool,
     store_timeout: float,
+    log_format: str,
     **app_options: Any,
 ) -> None:
     """Serve an app over MCP: by default Incident Bridge's tools and its durable
@@ -356,30 +367,33 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
     says otherwise; with PostgreSQL, several `keel serve --no-worker` front ends and
     `keel worker` processes can share one database.
     """
-    from keel.mcp.serving import ServeSettings, run_http, run_stdio
-    from keel.store.maintenance import verify
+    from keel.mcp.serving import ServeSettings, run_stdio
+    from keel.telemetry import Telemetry
+    from keel.telemetry.logs import configure
+    from keel.telemetry.tracing import configure_from_environment
 
     started = time.monotonic()
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING)
+    configure(log_format, verbose=verbose)
+    configure_from_environment("keel-serve")  # OTEL_EXPORTER_OTLP_*: spans exported
+    telemetry = Telemetry(expect_workers=not no_worker)
     location = _store_location(ctx, data_dir)
     if location.kind == "memory" and no_worker:
         raise KeelCliError("--no-worker with memory:// could never run a task")
+    access = serve_access(host, port, app_options) if transport == "http" else None
     settings = ServeSettings(
         store=location.url,
         data_dir=data_dir,
         run_workers=not no_worker,
         concurrency=concurrency,
         rate_limit_polls=rate_limit_polls,
+        auth=None if access is None else access.auth,
+        telemetry=telemetry,
     )
     served = _build(ctx, app_spec, settings, app_options)
-    if served.app.location is not None:  # the app opens it: with the timeout
-        served.app.use_store(served.app.location, timeout=store_timeout)
-    verify(served.app.store)  # open the store now: one clear error if it cannot be served from
-    if transport == "http" and not check:
-        check_port(host, port)
-    endpoint = "stdio" if transport == "stdio" else f"http://{host}:{port}/mcp"
-    if transport == "http" and port == 0:  # the system picks; uvicorn's line names it
-        endpoint = f"http://{host}:<a free port, in the 'running on' line below>/mcp"
+    check_served(access, served.server, app_spec)
+    _open_store(served, store_timeout)
+    telemetry.attach(served.app.store)  # counts and logs what it commits; /readyz reads it
+    endpoint = _endpoint(transport, host, port, check=check)
     config = ctx.meta.get("keel.config_path")
     console, mounts = _console(served, host, port) if transport == "http" else (None, {})
     for line in [
@@ -388,6 +402,7 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
         *served.lines,
         f"  workers: {'none (front end only)' if no_worker else concurrency}",
         f"  polls:   {'rate-limited' if rate_limit_polls else 'not rate-limited'}",
+        *(access.lines if access else []),
         *([f"  console: {console}"] if console else []),
         *([f"  config:  {config}"] if config else []),
         f"  prepared in {time.monotonic() - started:.2f} s",
@@ -398,21 +413,62 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
     if transport == "stdio":
         run_stdio(served.server, settings.closed)  # SIGTERM: tasks given back, store closed
         return
+    _run_http(served, settings, host, port, access, mounts, json_logs=log_format == "json")
+
+
+def _run_http(  # noqa: PLR0917 - what serve settled, handed on
+    served: Served,
+    settings: ServeSettings,
+    host: str,
+    port: int,
+    access: ServeAccess | None,
+    mounts: dict[str, Any],
+    *,
+    json_logs: bool,
+) -> None:
+    """Serve ``served`` over streamable HTTP at /mcp until a signal stops it."""
+    from keel.mcp.serving import run_http
+
     run_http(
         served.server,
         host=host,
         port=port,
+        access=None if access is None else access.http,
+        on_stop=settings.stopping,  # listen streams end gracefully (keel.mcp.push)
+        json_logs=json_logs,
         mounts=mounts,
         streamable_http_path="/mcp",
         json_response=True,
     )
 
 
+def _open_store(served: Served, store_timeout: float) -> None:
+    """Open the app's store now, with the timeout: one clear error if it cannot be
+    served from."""
+    from keel.store.maintenance import verify
+
+    if served.app.location is not None:  # the app opens it: with the timeout
+        served.app.use_store(served.app.location, timeout=store_timeout)
+    verify(served.app.store)
+
+
+def _endpoint(transport: str, host: str, port: int, *, check: bool) -> str:
+    """Where the server will be, for the startup message; an HTTP address that cannot
+    be listened on fails here (unless only checking)."""
+    if transport == "stdio":
+        return "stdio"
+    if not check:
+        check_port(host, port)
+    if port == 0:  # the system picks; uvicorn's line names it
+        return f"http://{host}:<a free port, in the 'running on' line below>/mcp"
+    return f"http://{host}:{port}/mcp"
+
+
 def _console(served: Served, host: str, port: int) -> tuple[str, dict[str, Any]]:
     """The operator console mounted beside /mcp on loopback (keel.ops), and how the
     startup message names it; off loopback it is left out (it has no sign-in yet)."""
+    from keel.mcp.access import is_loopback
     from keel.ops import MOUNT, ops_app
-    from keel.ops.access import is_loopback
 
     if not is_loopback(host):
         return f"off ({host} is not loopback; the console has no sign-in yet)", {}

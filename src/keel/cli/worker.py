@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
+import socket
+from typing import TYPE_CHECKING
 
 import anyio
 import click
@@ -13,11 +14,15 @@ from keel.cli.common import (
     CliState,
     KeelCliError,
     chosen_location,
+    log_format_option,
     store_option,
     store_timeout_option,
 )
 from keel.store import ENV_VAR, parse_location
 from keel.store.maintenance import verify
+
+if TYPE_CHECKING:
+    from keel.telemetry import Telemetry
 
 __all__ = ["worker"]
 
@@ -39,6 +44,21 @@ __all__ = ["worker"]
 )
 @click.option("--worker-id", default=None, help="Name in leases and history (default host:pid).")
 @click.option("-v", "--verbose", is_flag=True, help="Log what the worker does.")
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    envvar="KEEL_METRICS_PORT",
+    help="Serve /metrics, /healthz and /readyz on this port (0: any free one).",
+)
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    envvar="KEEL_METRICS_HOST",
+    help="The address --metrics-port listens on.",
+)
+@log_format_option
 @store_option
 @store_timeout_option
 @click.pass_context
@@ -48,6 +68,9 @@ def worker(  # noqa: PLR0917 - click passes every option as an argument
     concurrency: int,
     worker_id: str | None,
     verbose: bool,
+    metrics_port: int | None,
+    metrics_host: str,
+    log_format: str,
     store_timeout: float,
 ) -> None:
     """Claim and run the tasks the app registers until SIGTERM or Ctrl-C.
@@ -57,11 +80,12 @@ def worker(  # noqa: PLR0917 - click passes every option as an argument
     are recovered by any other worker.
     """
     from keel.runtime import Worker, load_app
+    from keel.telemetry import Telemetry
+    from keel.telemetry.logs import configure
+    from keel.telemetry.tracing import configure_from_environment
 
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
-    )
+    configure(log_format, verbose=verbose)
+    configure_from_environment("keel-worker")  # OTEL_EXPORTER_OTLP_*: spans exported
     if ":" not in app_spec or app_spec.startswith(":") or app_spec.endswith(":"):
         raise click.BadParameter(f"must be MODULE:ATTR, not {app_spec!r}", param_hint="--app")
     app = load_app(app_spec)
@@ -77,10 +101,13 @@ def worker(  # noqa: PLR0917 - click passes every option as an argument
     if app.location is not None and parse_location(app.location).kind == "memory":
         raise KeelCliError("keel worker cannot use memory://: no other process could see its tasks")
     verify(app.store)  # open the store now: one clear error if it cannot be served from
+    telemetry = Telemetry(expect_workers=True)
+    telemetry.attach(app.store)  # counts and logs what it commits; /readyz reads it
+    sock = None if metrics_port is None else _listen(metrics_host, metrics_port)
     runner = Worker(app, concurrency=concurrency, worker_id=worker_id)
 
     async def run() -> None:
-        stop = anyio.Event()
+        stop, finished = anyio.Event(), anyio.Event()
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with anyio.create_task_group() as tg:
 
@@ -89,17 +116,51 @@ def worker(  # noqa: PLR0917 - click passes every option as an argument
                         stop.set()
                         return
 
+                async def run_worker() -> None:
+                    try:
+                        await runner.run(stop=stop)
+                    finally:
+                        finished.set()
+
                 tg.start_soon(wait_for_signal)
-                tg.start_soon(lambda: runner.run(stop=stop))
+                tg.start_soon(run_worker)
+                if sock is not None:
+                    tg.start_soon(_serve_metrics, telemetry, sock, finished)
                 await runner.started.wait()
                 click.echo(
                     f"keel worker {runner.worker_id}: tasks {', '.join(sorted(app.tasks))} "
                     f"from {app.location or 'the given store'}; concurrency {concurrency}",
                     err=True,
                 )
+                if sock is not None:
+                    host, port = sock.getsockname()[:2]
+                    click.echo(f"  metrics: http://{host}:{port}/metrics (/healthz, /readyz)",
+                               err=True)  # fmt: skip
                 await stop.wait()
                 # The worker gives its tasks back within its grace; then it is cut short.
                 tg.cancel_scope.deadline = anyio.current_time() + runner.shutdown_grace + 1
         await app.close()  # folds a SQLite store's WAL in: the file alone is the store
 
     anyio.run(run)
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    from keel.telemetry.routes import listen
+
+    try:
+        return listen(host, port)
+    except OSError as exc:
+        raise KeelCliError(
+            f"cannot listen on {host}:{port} for metrics: {exc.strerror or exc}"
+        ) from exc
+
+
+async def _serve_metrics(telemetry: Telemetry, sock: socket.socket, finished: anyio.Event) -> None:
+    """Readiness reads and the metrics endpoints, until the worker has finished (while it
+    gives its tasks back, /readyz says it is stopping)."""
+    from keel.telemetry.routes import serve_http
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(telemetry.run)
+        await serve_http(telemetry, sock, stop=finished)
+        tg.cancel_scope.cancel()

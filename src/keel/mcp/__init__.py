@@ -2,8 +2,10 @@
 
 :mod:`keel.mcp.wire` maps Keel tasks to the extension's wire shapes;
 :mod:`keel.mcp.server` is the server extension for the official SDK's ``MCPServer``
-(``TasksExtension``, ``keel_lifespan``); :mod:`keel.mcp.client` is the client side
-(``TasksClientExtension``: poll, answer input through a callback, resume, cancel).
+(``TasksExtension``, ``keel_lifespan``); :mod:`keel.mcp.push` serves push notifications
+(``subscriptions/listen`` with ``taskIds``, ``TasksExtension.push()``);
+:mod:`keel.mcp.client` is the client side (``TasksClientExtension``: listen or poll,
+answer input through a callback, resume, cancel).
 """
 
 from keel.mcp.wire import (

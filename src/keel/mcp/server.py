@@ -45,6 +45,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from keel.errors import InvalidTransition, KeelError, UnknownInputKey
 from keel.mcp.answers import error_of, mcp_error
+from keel.mcp.push import TaskPush
 from keel.mcp.v2025 import V2025, LegacyTasks, ListParams
 from keel.mcp.v2025 import TaskIdParams as ResultParams
 from keel.mcp.wire import (
@@ -260,6 +261,13 @@ class TasksExtension(Extension):
         ``execution.taskSupport``, its ``CreateTaskResult``): pass it to
         ``MCPServer(middleware=[extension.middleware()])``."""
         return self.legacy
+
+    def push(self) -> TaskPush:
+        """Push notifications for these tasks (``subscriptions/listen`` with ``taskIds``):
+        the middleware, bus and lifespan to give the server (:mod:`keel.mcp.push`)."""
+        push = TaskPush(self.app, wire=self._wire, owner=_owner)
+        self.legacy.on_asked = push.watch_session  # 2025-11-25: notifications/tasks/status
+        return push
 
     def _poll_interval(self, task: Task) -> float:
         definition = self.app.tasks.get(task.name or "")

@@ -37,7 +37,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,11 +48,13 @@ import anyio.to_thread
 from mcp.server import MCPServer
 from starlette.types import ASGIApp
 
+from keel.mcp.access import HttpAccess, ServerAuth
 from keel.mcp.plain_tools import plain_tool_arguments
 from keel.mcp.server import TasksExtension, keel_lifespan
 from keel.mcp.state_key import request_state_security
 from keel.mcp.version import keel_version
 from keel.runtime import Keel
+from keel.telemetry import Telemetry
 
 __all__ = [
     "ServeSettings",
@@ -79,6 +81,9 @@ def app_server(
     state_dir: Path | None = None,
     close_store: bool = False,
     closed: threading.Event | None = None,
+    auth: ServerAuth | None = None,
+    stopping: list[Callable[[], None]] | None = None,
+    telemetry: Telemetry | None = None,
 ) -> MCPServer[Any]:
     """An ``MCPServer`` named ``name`` serving ``app``'s tasks through the tasks extension
     (and the 2025-11-25 tasks protocol, :mod:`keel.mcp.v2025`), with ``concurrency``
@@ -95,21 +100,43 @@ def app_server(
     SQLite store folds its WAL into the file). Off for servers that tests connect to
     several times. ``closed``, if given, is set once the store is closed.
 
+    ``auth``: bearer tokens required on every HTTP request (:mod:`keel.mcp.access`); the
+    token's principal owns the tasks it creates.
+    ``stopping``, if given, gets what must run when a signal stops the server, before
+    open requests get their grace: ending the listen streams gracefully
+    (:meth:`keel.mcp.push.TaskPush.close`); :func:`run_http` takes it as ``on_stop``.
+    ``telemetry``: its ``/healthz``, ``/readyz`` and ``/metrics`` on the HTTP app, and its
+    readiness reads in the lifespan (:mod:`keel.telemetry`).
+
     Raises:
         ConfigurationError: the request-state key cannot be read or is too short.
     """
     tasks = TasksExtension(app, rate_limit_polls=rate_limit_polls)
+    push = tasks.push()  # notifications/tasks on subscriptions/listen (keel.mcp.push)
+    if stopping is not None:
+        stopping.append(push.close)
     lifespan = keel_lifespan(app, concurrency=concurrency, run_workers=run_workers)
+    if telemetry is not None:
+        lifespan = telemetry.lifespan(lifespan)
+    lifespan = push.lifespan(lifespan)
     server: MCPServer[Any] = MCPServer(
         name,
         version=keel_version(),
         request_state_security=request_state_security(state_dir),
         extensions=[tasks],
-        middleware=[tasks.middleware()],  # the 2025-11-25 tasks protocol on the same tasks
+        # The 2025-11-25 tasks protocol on the same tasks, then task push notifications.
+        middleware=[tasks.middleware(), push],
+        subscriptions=push.bus,
         lifespan=_closing(lifespan, app, closed) if close_store else lifespan,
+        auth=None if auth is None else auth.settings,
+        token_verifier=None if auth is None else auth.verifier,
     )
     # Plain tools added later refuse arguments they do not take (keel.mcp.plain_tools).
     server.middleware.append(plain_tool_arguments(server, app.tasks))
+    if telemetry is not None:
+        from keel.telemetry.routes import add_routes
+
+        add_routes(server, telemetry)
     return server
 
 
@@ -136,15 +163,24 @@ def run_http(
     *,
     host: str,
     port: int,
+    access: HttpAccess | None = None,
+    on_stop: Iterable[Callable[[], None]] = (),
     mounts: Mapping[str, ASGIApp] | None = None,
+    json_logs: bool = False,
     **options: Any,
 ) -> None:
     """Serve ``server`` over streamable HTTP until SIGTERM / SIGINT, then exit 0 within
     10 s: requests still open :data:`REQUEST_GRACE` seconds after the signal (a plain
     client's ``tools/call`` waiting for a long task) are cut, then the lifespan ends (the
-    workers give their tasks back, the store is closed). ``options`` go to the SDK's
-    ``streamable_http_app``. ``mounts`` are other apps served beside it, by path (the
-    operator console at ``/ops``), outside the MCP endpoint.
+    workers give their tasks back, the store is closed). ``on_stop`` runs first, as the
+    stop begins (listen streams end gracefully, not cut by the grace's end). ``options``
+    go to the SDK's ``streamable_http_app``; ``access`` (default:
+    :meth:`HttpAccess.for_bind`) sets the Host / Origin allow-lists and the session
+    limits (:mod:`keel.mcp.access`).
+    ``mounts`` are other apps served beside it, by path (the operator console at
+    ``/ops``), outside the MCP endpoint, behind the same allow-lists. ``json_logs``:
+    uvicorn's loggers keep no handlers of their
+    own, so that its lines go through the root's (JSON, :mod:`keel.telemetry.logs`).
 
     The SDK's ``run("streamable-http")`` builds its own uvicorn config, without a bound
     on the graceful shutdown: an open request kept the process from ever exiting. Its
@@ -152,18 +188,28 @@ def run_http(
     """
     import uvicorn  # the SDK's own HTTP server, imported as it does: only when serving
 
-    app = server.streamable_http_app(host=host, **options)
-    for path, mounted in (mounts or {}).items():
-        app.mount(path, mounted)
+    access = access or HttpAccess.for_bind(host, port)
+    app = access.app(server, host=host, mounts=mounts, **options)
     config = uvicorn.Config(
         app,
         host=host,
         port=port,
         log_level=server.settings.log_level.lower(),
         timeout_graceful_shutdown=REQUEST_GRACE,
+        log_config=None if json_logs else uvicorn.config.LOGGING_CONFIG,
     )
+    hooks = list(on_stop)
+
+    class Stopping(uvicorn.Server):
+        # uvicorn waits for open responses before the lifespan ends: a listen stream
+        # would hold the stop for the whole grace, then be cut. ``shutdown`` is public.
+        async def shutdown(self, sockets: Any = None) -> None:
+            for hook in hooks:
+                hook()
+            await super().shutdown(sockets)
+
     _exit_zero_on_signals()
-    anyio.run(uvicorn.Server(config).serve)
+    anyio.run(Stopping(config).serve)
 
 
 def _exit_zero_on_signals() -> None:
@@ -226,6 +272,11 @@ class ServeSettings:
     rate_limit_polls: bool = False
     closed: threading.Event = field(default_factory=threading.Event, compare=False)
     """Set once the server's lifespan has closed the store (see :func:`run_stdio`)."""
+    auth: ServerAuth | None = None  # keel serve --auth (HTTP only)
+    stopping: list[Callable[[], None]] = field(default_factory=list, compare=False)
+    """What :func:`run_http` runs as a signal stops the server (``on_stop``)."""
+    telemetry: Telemetry | None = field(default=None, compare=False)
+    """Metrics, health and logs of the process (``keel serve`` attaches its store)."""
 
     def server_for(self, app: Keel, name: str) -> MCPServer[Any]:
         """:func:`app_server` of ``app`` with these settings.
@@ -242,6 +293,9 @@ class ServeSettings:
             state_dir=self.data_dir,
             close_store=True,  # keel serve: the process ends with the server
             closed=self.closed,
+            auth=self.auth,
+            stopping=self.stopping,
+            telemetry=self.telemetry,
         )
 
 

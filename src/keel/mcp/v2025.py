@@ -25,7 +25,10 @@ differ, the store keeps one truth and the wire translates here:
   :data:`CANNOT_ASK` (``-32021``) and the task is cancelled, the reason in its history:
   a plain client never strands a task;
 * while ``tasks/result`` waits, each change of status is sent as
-  ``notifications/tasks/status`` (on its stream, or the GET stream; best effort).
+  ``notifications/tasks/status`` (on its stream, or the GET stream; best effort); with
+  push running (:mod:`keel.mcp.push`), a session that asked ``tasks/get`` for a task
+  gets them on its own channel too (the GET stream on HTTP), on each committed change
+  until the task ends (not while its own ``tasks/result`` streams them).
 
 The hooks, for the SDK (``mcp`` 2.3.0, pinned): ``tasks/*`` are not spec methods, so the
 extension's method bindings serve both generations (``TasksExtension`` calls the handlers
@@ -39,8 +42,9 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
-from typing import Any, NoReturn, cast
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal, NoReturn, cast
 
 import anyio
 from mcp.server import ServerRequestContext
@@ -53,6 +57,7 @@ from mcp_types import (
     ElicitRequest,
     ElicitRequestFormParams,
     ElicitResult,
+    Notification,
     RequestParams,
     ServerNotification,
     TaskStatusNotification,
@@ -104,10 +109,22 @@ WAIT_POLL = 0.05  # seconds between store reads while a request waits for a task
 WAIT_POLL_MAX = 0.5  # … doubling up to this while the task shows no change
 
 Owner = Callable[[ServerRequestContext[Any, Any]], str]
+Asked = Callable[
+    [object, str, Task, Callable[[Task], JsonObject], Callable[[JsonObject], Awaitable[None]]],
+    None,
+]
+"""``TaskPush.watch_session``: (session, owner, task, wire, send)."""
 
 
 class TaskIdParams(RequestParams):
     task_id: str
+
+
+class StatusNotification(Notification[dict[str, Any], Literal["notifications/tasks/status"]]):
+    """``notifications/tasks/status`` with the 2025 ``Task`` as plain JSON params."""
+
+    method: Literal["notifications/tasks/status"] = "notifications/tasks/status"
+    params: dict[str, Any]
 
 
 class ListParams(RequestParams):
@@ -149,6 +166,10 @@ class LegacyTasks:
         self.owner = owner
         self.poll_interval = poll_interval
         self.expose_crashes = expose_crashes
+        self.on_asked: Asked | None = None
+        """Set by ``TasksExtension.push()``: the tasks a session asks for are pushed."""
+        self._streaming: Counter[tuple[object, str]] = Counter()
+        """(session, task id) that a ``tasks/result`` streams itself: no push meanwhile."""
 
     def wire(self, task: Task) -> JsonObject:
         return legacy_task(
@@ -254,7 +275,25 @@ class LegacyTasks:
 
     async def get(self, ctx: ServerRequestContext[Any, Any], task_id: str) -> HandlerResult:
         """``tasks/get``: the 2025 ``Task``."""
-        return self.wire(await self._lookup(ctx, task_id))
+        task = await self._lookup(ctx, task_id)
+        self._asked(ctx, task)
+        return self.wire(task)
+
+    def _asked(self, ctx: ServerRequestContext[Any, Any], task: Task) -> None:
+        """This session asked for ``task``: push its changes to it, where push runs."""
+        if self.on_asked is None:
+            return
+        session = ctx.session
+
+        async def send(wire: JsonObject) -> None:
+            if (session, wire["taskId"]) in self._streaming:
+                return  # tasks/result sends them on its own stream
+            # Plain JSON params, so that a task kept for good says "ttl": null; the SDK's
+            # ServerNotification union lacks this notification (as in _notify).
+            notification = cast("ServerNotification", StatusNotification(params=dict(wire)))
+            await session.send_notification(notification)
+
+        self.on_asked(session, self.owner(ctx), task, self.wire, send)
 
     async def cancel(self, ctx: ServerRequestContext[Any, Any], task_id: str) -> HandlerResult:
         """``tasks/cancel``: the task after cancellation; a finished one is ``-32602``."""
@@ -273,7 +312,14 @@ class LegacyTasks:
         """``tasks/result``: blocks until the task ends (asking for its input meanwhile),
         then answers what the ``tools/call`` would have."""
         task = await self._lookup(ctx, params.task_id)
-        return await self._outcome(ctx, task, related=True)
+        key = (ctx.session, task.task_id)
+        self._streaming[key] += 1
+        try:
+            return await self._outcome(ctx, task, related=True)
+        finally:
+            self._streaming[key] -= 1
+            if self._streaming[key] <= 0:
+                del self._streaming[key]
 
     async def list(self, ctx: ServerRequestContext[Any, Any], params: ListParams) -> HandlerResult:
         """``tasks/list``: the caller's own tasks, oldest first, :data:`LIST_PAGE` a page."""

@@ -79,6 +79,7 @@ __all__ = [
     "legacy_outcome",
     "legacy_task",
     "list_not_served",
+    "listen_refused",
     "method_not_found",
     "not_a_task_tool",
     "poll_too_soon",
@@ -118,6 +119,9 @@ STORE_DAMAGED = -32051
 the message names the store and what to do (restore it from a backup); trying again
 will not help until someone does, so no ``retryAfterMs``. The code after
 :data:`STORE_UNAVAILABLE`, in the same implementation-defined range."""
+SESSIONS_FULL = -32052
+"""No room for another 2025-11-25 session (``keel serve --max-sessions``), HTTP 503:
+``data.retryAfterMs`` says when to try again (``keel.mcp.access``)."""
 NOT_FOUND = "Failed to retrieve task: Task not found"
 """The one message for unknown, purged and other principals' tasks (the spec's text)."""
 
@@ -344,6 +348,11 @@ def legacy_outcome(task: Task, *, related: bool, expose_crashes: bool = False) -
 def header_mismatch() -> JsonObject:
     """A present ``Mcp-Name`` header that is not the request's ``taskId``."""
     return {"code": HEADER_MISMATCH, "message": "Mcp-Name header does not match params.taskId"}
+
+
+def listen_refused(reason: str) -> JsonObject:
+    """A ``subscriptions/listen`` whose ``notifications`` filter is malformed."""
+    return {"code": INVALID_PARAMS, "message": f"Invalid subscriptions/listen: {reason}"}
 
 
 def poll_too_soon(wait_ms: int, poll_interval_ms: int) -> JsonObject:

@@ -20,6 +20,7 @@ from keel.runtime.events import EventHub
 from keel.runtime.outcomes import ResultShape
 from keel.store import Clock, Store, open_store
 from keel.store.locations import parse_location, resolve_location
+from keel.telemetry import tracing
 
 __all__ = ["Handler", "Keel", "TaskDefinition", "TaskOptions", "import_user_module", "load_app"]
 
@@ -260,6 +261,7 @@ class Keel:
             max_attempts=options.max_attempts,
             input_requests=requests or None,
             input_responses={k: (answers or {})[k] for k in requests} or None,
+            trace_context=tracing.current_carrier(),  # the tools/call span: the task's trace
         )
         self.events.ready()
         return task

@@ -14,12 +14,14 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 import anyio.to_thread
+from opentelemetry.context import Context
 
 from keel.errors import InvalidPayload
 from keel.model import DECLINED, InputRequest, JsonObject, JsonValue, Task
 from keel.model.validation import check_schema
 from keel.runtime.outcomes import InputDeclined
 from keel.store import Store
+from keel.telemetry import tracing
 
 __all__ = ["Parking", "TaskContext", "check_elicitation_schema"]
 
@@ -69,9 +71,12 @@ class TaskContext:
         *,
         steps: Mapping[str, JsonValue] | None = None,
         worker: str,
+        trace_parent: Context | None = None,
     ) -> None:
         self._store = store
         self._task = task
+        self._traced = tracing.enabled()
+        self._trace_parent = trace_parent  # the task's stored trace context (its steps' parent)
         # The recorded steps, read on the first ``step`` call (None until then): a
         # handler that takes no steps costs no read.
         self._steps: dict[str, JsonValue] | None = None if steps is None else dict(steps)
@@ -123,6 +128,16 @@ class TaskContext:
             loaded = dict(await self._store.steps(self.task_id))
             if self._steps is None:  # a concurrent step() may have loaded (and added) first
                 self._steps = loaded
+        if not self._traced:
+            return await self._step(name, fn, *args)
+        replayed = name in self._steps
+        with tracing.step_span(
+            name, self._task, self.worker, self._trace_parent, replayed=replayed
+        ):
+            return await self._step(name, fn, *args)
+
+    async def _step(self, name: str, fn: Callable[..., T | Awaitable[T]], *args: Any) -> T:
+        assert self._steps is not None
         if name in self._steps:
             recorded: T = self._steps[name]  # the JSON this step returned the first time
             return recorded

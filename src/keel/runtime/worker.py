@@ -39,6 +39,8 @@ from dataclasses import dataclass, field
 
 import anyio
 import anyio.abc
+from opentelemetry.context import Context
+from opentelemetry.trace import Span
 
 from keel.errors import (
     InvalidPayload,
@@ -70,6 +72,8 @@ from keel.runtime.outcomes import (
 )
 from keel.store import Store
 from keel.store.protocol import WakeUps
+from keel.telemetry import tracing
+from keel.telemetry.health import worker_started, worker_stopped
 
 __all__ = ["SHUTDOWN_GRACE", "Worker"]
 
@@ -96,6 +100,7 @@ class _Attempt:
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     renewed: float = field(default_factory=time.monotonic)
     stop_reason: str | None = None
+    trace_parent: Context | None = None
 
     def stop(self, reason: str) -> None:
         if self.stop_reason is None:
@@ -212,6 +217,7 @@ class Worker:
                 tg.start_soon(self._recover_loop)
                 tg.start_soon(self._purge_loop)
                 self.started.set()
+                worker_started(self)  # readiness: this process runs a worker
                 if stop is None:
                     await anyio.sleep_forever()
                 else:
@@ -219,6 +225,7 @@ class Worker:
                 await self._shut_down()
                 tg.cancel_scope.cancel()
         finally:
+            worker_stopped(self)
             unlisten()
             if unsubscribe is not None:
                 unsubscribe()
@@ -268,6 +275,7 @@ class Worker:
             if free > 0:
                 turn = (turn + 1) % max(len(groups), 1)  # no group waits behind others
                 claimed = await self._claim(store, groups[turn:] + groups[:turn], free)
+            parents = await self._trace_parents(claimed)
             for task in claimed:
                 if self.stopping:  # the claim committed as we stopped: give it straight back
                     await self._release(task, SHUTTING_DOWN)
@@ -275,7 +283,7 @@ class Worker:
                 stale = self._running.get(task.task_id)
                 if stale is not None:  # our own earlier attempt lost its lease: stop it
                     stale.stop("task was taken over by another attempt")
-                attempt = _Attempt(task)
+                attempt = _Attempt(task, trace_parent=parents.get(task.task_id))
                 self._running[task.task_id] = attempt
                 tg.start_soon(self._run_attempt, attempt)
             if claimed and self._busy < self.concurrency:
@@ -419,19 +427,36 @@ class Worker:
         cancelled, or a stop reason set while it ran) is :class:`Stopped`, whatever the
         handler did meanwhile."""
         outcome: AttemptOutcome | None = None
-        with attempt.scope:
-            outcome = await self._handle(attempt)
-        if outcome is None or attempt.scope.cancelled_caught or attempt.stop_reason is not None:
-            reason = attempt.stop_reason or "cancelled"
-            return Stopped(reason, release=reason in GIVE_BACK)
+        with tracing.attempt_span(attempt.task, self.worker_id, attempt.trace_parent) as span:
+            with attempt.scope:
+                outcome = await self._handle(attempt)
+            if outcome is None or attempt.scope.cancelled_caught or attempt.stop_reason:
+                reason = attempt.stop_reason or "cancelled"
+                outcome = Stopped(reason, release=reason in GIVE_BACK)
+            _traced(span, attempt.task, outcome)
         return outcome
+
+    async def _trace_parents(self, claimed: list[Task]) -> dict[str, Context | None]:
+        """The trace contexts stored with ``claimed`` tasks (one read for a claim's batch),
+        if spans are recorded at all."""
+        read = getattr(self.app.store, "trace_contexts", None)
+        if read is None or not claimed or not tracing.enabled():
+            return {}
+        try:
+            found = await read([task.task_id for task in claimed])
+        except KeelError as exc:
+            log.info("no trace contexts for %d task(s): %s", len(claimed), exc)
+            return {}
+        return {task_id: tracing.parent_of(carrier) for task_id, carrier in found.items()}
 
     async def _handle(self, attempt: _Attempt) -> AttemptOutcome | None:
         """The handler's own ending, or None when it found it no longer owns the task."""
         task = attempt.task
         definition = self.app.definition(task.name or "")
         options = definition.options
-        ctx = TaskContext(self.app.store, task, worker=self.worker_id)
+        ctx = TaskContext(
+            self.app.store, task, worker=self.worker_id, trace_parent=attempt.trace_parent
+        )
         deadline = anyio.CancelScope()
         if options.deadline_seconds is not None:
             deadline.deadline = anyio.current_time() + options.deadline_seconds
@@ -530,6 +555,26 @@ class Worker:
         except StoreError as exc:
             # The lease will expire and recovery will run the task again.
             log.warning("cannot record the outcome of %s: %s", task.task_id, exc)
+
+
+def _traced(span: Span, task: Task, outcome: AttemptOutcome) -> None:
+    """Say on the attempt's span how it ended (see :mod:`keel.telemetry.tracing`)."""
+    match outcome:
+        case Completed(output):
+            tracing.end_attempt(span, "completed", "completed",
+                                error="tool error" if output.is_error else None)  # fmt: skip
+        case Failed(error):
+            tracing.end_attempt(span, "failed", "failed", error=str(error.get("message")))
+        case Retry(error):
+            last = task.attempt >= task.max_attempts
+            tracing.end_attempt(span, "error", "failed" if last else "working",
+                                error=str(error.get("message")))  # fmt: skip
+        case Parked(keys):
+            tracing.input_requested(span, keys)
+            tracing.end_attempt(span, "input_required", "input_required")
+        case Stopped(reason, release=release):
+            status = "working" if release else reason.removeprefix("task is ")
+            tracing.end_attempt(span, "released" if release else "stopped", status)
 
 
 def _deadline_error(seconds: float | None) -> JsonObject:

@@ -22,6 +22,7 @@ from keel.model import transitions as tr
 from keel.model.validation import check_key, check_seconds, normalize, storable
 from keel.store.browse import Position, TaskFilter, TaskPage, check_limit, decode_cursor, page_of
 from keel.store.changes import Change, ChangeHub
+from keel.store.observed import CommitObserver, Committed, Recording, tell
 from keel.store.protocol import Clock
 from keel.store.rerun import rerun_failed
 
@@ -40,6 +41,10 @@ __all__ = [
 T = TypeVar("T")
 
 MAX_CLAIM_BATCH = 100
+TRACE_STEP = "keel:trace-context"
+"""The step record that keeps a task's trace context (the W3C ``traceparent`` of the
+span that created it): written with the task, read by :meth:`TxStore.trace_context`,
+left out of :meth:`TxStore.steps`. Step names starting ``keel:`` are Keel's."""
 """Claims are bounded: a long claim transaction blocks every other writer."""
 
 MUTABLE_COLUMNS = (
@@ -86,13 +91,15 @@ class Tx(Protocol):
     def page(
         self, status: Status | None, owner: str | None, limit: int, after: str | None
     ) -> list[Task]: ...
-    def browse(self, where: TaskFilter, mark: Position | None, limit: int) -> list[Task]:
-        """Up to ``limit`` tasks matching ``where``, older than ``mark``, newest first."""
-        ...
+    def browse(self, where: TaskFilter, mark: Position | None, limit: int) -> list[Task]: ...
 
     def status_of(self, task_ids: Sequence[str]) -> dict[str, tuple[Status, int]]: ...
     def counts(self) -> dict[Status, int]:
         """How many tasks are in each status (statuses with none left out)."""
+        ...
+
+    def schema_version(self) -> int:
+        """The schema version the store records (0 for one that keeps none)."""
         ...
 
 
@@ -272,6 +279,8 @@ class TxStore:
         self._claims_full: set[tuple[str, ...]] = set()  # task names whose last claim filled up
         self.change_hub = ChangeHub(self._start_changes)
         """This store's change feed (see :mod:`keel.store.changes`)."""
+        self.observer: CommitObserver | None = None
+        """Told of every committed write (see :mod:`keel.store.observed`)."""
 
     def _start_changes(self) -> int | None:
         """Start the source of the change feed (on its first listener); its position."""
@@ -287,6 +296,23 @@ class TxStore:
     async def _run(self, op: Op[T], *, write: bool) -> T:
         """Run ``op`` in one transaction: all its writes commit together, or none do."""
         raise NotImplementedError
+
+    async def _write(self, op: Op[T], what: str) -> T:
+        """Run the write ``op`` (the store method ``what``); tell the observer, if there
+        is one, what it committed (see :mod:`keel.store.observed`)."""
+        observer = self.observer
+        if observer is None:
+            return await self._run(op, write=True)
+        record = Recording()
+        started = time.perf_counter()
+        out = await self._run(Op(record.wrap(op.run), op.touches, op.picks), write=True)
+        seconds = time.perf_counter() - started
+        tell(observer, Committed(what, tuple(record.transitions), out, seconds))
+        return out
+
+    async def read_schema_version(self) -> int:
+        """The schema version, read from the store now (what readiness checks)."""
+        return await self._run(Op(lambda tx: tx.schema_version()), write=False)
 
     async def close(self) -> None:
         """Release resources. Safe to call twice."""
@@ -341,9 +367,23 @@ class TxStore:
     async def steps(self, task_id: str, *, owner: str | None = None) -> Mapping[str, JsonValue]:
         def op(tx: Tx) -> dict[str, JsonValue]:
             _require(tx, task_id, owner)
-            return tx.get_steps(task_id)
+            steps = tx.get_steps(task_id)
+            steps.pop(TRACE_STEP, None)
+            return steps
 
         return await self._run(Op(op, _named(task_id)), write=False)
+
+    async def trace_contexts(self, task_ids: Collection[str]) -> dict[str, dict[str, str]]:
+        """The trace contexts tasks were created with (W3C ``traceparent`` and
+        ``tracestate``), by task id, in one read; tasks created outside a recorded span,
+        and unknown ones, are left out."""
+        ids = [task_id for task_id in task_ids if _known(task_id)]
+
+        def op(tx: Tx) -> dict[str, dict[str, str]]:
+            found = {task_id: tx.get_steps(task_id).get(TRACE_STEP) for task_id in ids}
+            return {k: v for k, v in found.items() if isinstance(v, dict)}
+
+        return await self._run(Op(op, tuple(ids)), write=False) if ids else {}
 
     # --- client writes -------------------------------------------------------------
 
@@ -359,6 +399,7 @@ class TxStore:
         max_attempts: int = 1,
         actor: str = "client",
         input_responses: Mapping[str, JsonValue] | None = None,
+        trace_context: Mapping[str, str] | None = None,
     ) -> Task:
         if not isinstance(owner, str):
             raise InvalidPayload(f"owner must be a string, not {owner!r}")
@@ -389,9 +430,11 @@ class TxStore:
             tx.insert(change.task)
             assert change.event is not None
             tx.append(change.event)
+            if trace_context:
+                tx.put_step(task_id, TRACE_STEP, _dumps(dict(trace_context)), change.event.at)
             return change.task
 
-        return await self._run(Op(op), write=True)
+        return await self._write(Op(op), "create")
 
     async def provide_input(
         self,
@@ -409,7 +452,7 @@ class TxStore:
             )
             return _apply(tx, task, change)
 
-        return await self._run(Op(op, _named(task_id)), write=True)
+        return await self._write(Op(op, _named(task_id)), "provide_input")
 
     async def complete(
         self, task_id: str, result: JsonValue, *, fence: int | None = None, actor: str = "client"
@@ -421,7 +464,7 @@ class TxStore:
             )
             return _apply(tx, task, change)
 
-        return await self._run(Op(op, _named(task_id)), write=True)
+        return await self._write(Op(op, _named(task_id)), "complete")
 
     async def fail(
         self, task_id: str, error: JsonObject, *, fence: int | None = None, actor: str = "client"
@@ -431,7 +474,7 @@ class TxStore:
             change = tr.fail(task, error, self._now(), fence=fence, actor=actor, limits=self.limits)
             return _apply(tx, task, change)
 
-        return await self._run(Op(op, _named(task_id)), write=True)
+        return await self._write(Op(op, _named(task_id)), "fail")
 
     async def cancel(
         self,
@@ -446,13 +489,13 @@ class TxStore:
             change = tr.cancel(task, self._now(), reason=reason, actor=actor, limits=self.limits)
             return _apply(tx, task, change)
 
-        return await self._run(Op(op, _named(task_id)), write=True)
+        return await self._write(Op(op, _named(task_id)), "cancel")
 
     async def rerun(self, task_id: str, *, actor: str = "operator") -> Task:
-        def op(tx: Tx) -> Task:
-            old = _require(tx, task_id)
+        def op(tx: Tx) -> Task:  # see keel.store.rerun
+            new_id, now, limits = new_task_id(), self._now(), self.limits
             return rerun_failed(
-                tx, old, new_id=new_task_id(), now=self._now(), actor=actor, limits=self.limits
+                tx, _require(tx, task_id), new_id=new_id, now=now, actor=actor, limits=limits
             )
 
         return await self._run(Op(op, _named(task_id)), write=True)
@@ -467,7 +510,7 @@ class TxStore:
             change = tr.request_input(task, requests, self._now(), fence=fence, limits=self.limits)
             return _apply(tx, task, change)
 
-        return await self._run(Op(op, _named(task_id)), write=True)
+        return await self._write(Op(op, _named(task_id)), "request_input")
 
     def _claim_request(
         self, names: Collection[str], worker: str, lease_seconds: float
@@ -507,7 +550,7 @@ class TxStore:
             Op(lambda tx: tx.ready(wanted, self._now(), 1), picks=Picks.READY), write=False
         ):
             return []
-        claimed = await self._run(Op(op, picks=Picks.READY), write=True)
+        claimed = await self._write(Op(op, picks=Picks.READY), "claim")
         if len(claimed) >= min(limit, MAX_CLAIM_BATCH):
             self._claims_full.add(wanted)
         else:
@@ -522,14 +565,14 @@ class TxStore:
             change = tr.renew(task, self._now(), fence=fence, lease_seconds=lease)
             return _apply(tx, task, change)
 
-        return await self._run(Op(op, _named(task_id)), write=True)
+        return await self._write(Op(op, _named(task_id)), "renew")
 
     async def release(self, task_id: str, *, fence: int, reason: str) -> Task:
         def op(tx: Tx) -> Task:
             task = _require(tx, task_id)
             return _apply(tx, task, tr.release(task, self._now(), fence=fence, reason=reason))
 
-        return await self._run(Op(op, _named(task_id)), write=True)
+        return await self._write(Op(op, _named(task_id)), "release")
 
     async def retry(
         self, task_id: str, error: JsonObject, *, fence: int, delay_seconds: float
@@ -546,7 +589,7 @@ class TxStore:
             )
             return _apply(tx, task, change)
 
-        return await self._run(Op(op, _named(task_id)), write=True)
+        return await self._write(Op(op, _named(task_id)), "retry")
 
     async def set_status_message(
         self, task_id: str, message: str | None, *, fence: int | None = None
@@ -558,7 +601,7 @@ class TxStore:
             )
             return _apply(tx, task, change)
 
-        return await self._run(Op(op, _named(task_id)), write=True)
+        return await self._write(Op(op, _named(task_id)), "set_status_message")
 
     async def save_step(self, task_id: str, step: str, value: JsonValue, *, fence: int) -> None:
         def op(tx: Tx) -> None:
@@ -568,7 +611,7 @@ class TxStore:
             text, _ = normalize(value, f"step {step!r}", self.limits.max_step_bytes)
             tx.put_step(task_id, step, text, self._now())
 
-        await self._run(Op(op, _named(task_id)), write=True)
+        await self._write(Op(op, _named(task_id)), "save_step")
 
     # --- maintenance ---------------------------------------------------------------
 
@@ -585,7 +628,7 @@ class TxStore:
             Op(lambda tx: tx.expired(self._now(), 1), picks=Picks.SWEEP), write=False
         ):
             return []
-        return await self._run(Op(op, picks=Picks.SWEEP), write=True)
+        return await self._write(Op(op, picks=Picks.SWEEP), "recover_expired")
 
     async def reclaim(self, timeout_seconds: float) -> Sequence[Reclaimed]:
         timeout = check_seconds(timeout_seconds, "reclaim timeout")
@@ -599,7 +642,7 @@ class TxStore:
                 done.append(why)
             return done
 
-        return await self._run(Op(op, picks=Picks.SWEEP), write=True)
+        return await self._write(Op(op, picks=Picks.SWEEP), "reclaim")
 
     async def purge(self, *, limit: int = 1000) -> Sequence[str]:
         def op(tx: Tx) -> list[str]:
@@ -607,7 +650,7 @@ class TxStore:
             tx.delete(ids)
             return ids
 
-        return await self._run(Op(op, picks=Picks.SWEEP), write=True)
+        return await self._write(Op(op, picks=Picks.SWEEP), "purge")
 
     async def import_tasks(
         self,
@@ -653,4 +696,4 @@ class TxStore:
                 why = (reasons or {}).get(task.task_id, "imported")
                 tx.append(Event(task.task_id, now, None, task.status, why, actor))
 
-        await self._run(Op(op, tuple(t.task_id for t in checked)), write=True)
+        await self._write(Op(op, tuple(t.task_id for t in checked)), "import_tasks")

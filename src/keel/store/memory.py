@@ -161,7 +161,7 @@ class _MemoryTx:
             self.undo.append(lambda: steps.__delitem__(step))
 
     def get_steps(self, task_id: str) -> dict[str, JsonValue]:
-        return {k: json.loads(v) for k, v in self._d.steps[task_id].items()}
+        return {k: json.loads(v) for k, v in self._d.steps.get(task_id, {}).items()}
 
     def events(self, task_id: str) -> list[Event]:
         return list(self._d.events[task_id])
@@ -181,6 +181,9 @@ class _MemoryTx:
         ]
         rows.sort(key=lambda r: (r["created_at"], r["task_id"]), reverse=True)
         return [task_from_row(r) for r in rows[:limit]]
+
+    def schema_version(self) -> int:
+        return 0  # memory:// keeps no schema
 
     def page(
         self, status: Status | None, owner: str | None, limit: int, after: str | None

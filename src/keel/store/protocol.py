@@ -64,6 +64,7 @@ class Store(Protocol):
         max_attempts: int = 1,
         actor: str = "client",
         input_responses: Mapping[str, JsonValue] | None = None,
+        trace_context: Mapping[str, str] | None = None,
     ) -> Task:
         """Create a task, or return the one already bound to ``(owner, idempotency_key)``.
 
@@ -72,7 +73,9 @@ class Store(Protocol):
         ``working``).
 
         ``ttl`` and ``max_attempts`` are options of the first create: a repeat with other
-        values returns the task as it was created.
+        values returns the task as it was created. ``trace_context`` (W3C ``traceparent``
+        and ``tracestate`` of the span that creates it) is kept with the task, for the
+        spans of its attempts (:mod:`keel.telemetry.tracing`).
 
         Raises:
             IdempotencyConflict: the key is bound to a task with another name, other

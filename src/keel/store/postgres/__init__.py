@@ -518,9 +518,9 @@ class PostgresStore(TxStore):
         if not wanted or limit < 1:
             return []
         count = min(limit, MAX_CLAIM_BATCH)
-        return await self._run(
+        return await self._write(
             Op(lambda tx: tx.claim(wanted, self._now(), worker, lease, count), picks=Picks.READY),
-            write=True,
+            "claim",
         )
 
     # --- administration ----------------------------------------------------------------

@@ -232,6 +232,10 @@ class PgTx:
         rows = self._cur.execute(Q["count_by_status"], {})
         return {Status(r["status"]): int(r["n"]) for r in rows}
 
+    def schema_version(self) -> int:
+        row = self._cur.execute("SELECT coalesce(max(version), 0) AS v FROM keel_schema")
+        return int(row.fetchone()["v"])  # type: ignore[index]
+
     def page(
         self, status: Status | None, owner: str | None, limit: int, after: str | None
     ) -> list[Task]:

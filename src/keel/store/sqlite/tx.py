@@ -157,6 +157,9 @@ class SqliteTx:
         query = Q["browse_tasks"].replace("{where}", condition)
         return [self._kept(row) for row in self._c.execute(query, {**params, "limit": limit})]
 
+    def schema_version(self) -> int:
+        return int(self._c.execute("SELECT max(version) FROM keel_schema").fetchone()[0])
+
     def page(
         self, status: Status | None, owner: str | None, limit: int, after: str | None
     ) -> list[Task]:

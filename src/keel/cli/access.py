@@ -1,0 +1,237 @@
+"""``keel serve``'s access options: authentication, bind safety, Host / Origin
+allow-lists and old-protocol session limits (what they do: :mod:`keel.mcp.access`).
+
+They are read like keel serve's other options (command line, environment, the
+``[serve]`` table of keel.toml: ``auth``, ``insecure_no_auth``, ``allowed_hosts``,
+``allowed_origins``, ``max_sessions``, ``session_idle_timeout``, ``jwt_issuer``,
+``jwt_audience``, ``jwt_jwks_url``), and reach ``serve`` among its other keyword
+arguments, which :func:`serve_access` takes them from.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from keel.cli.common import KeelCliError, warn
+
+if TYPE_CHECKING:
+    from mcp.server import MCPServer
+
+    from keel.mcp.access import HttpAccess, ServerAuth
+
+__all__ = [
+    "ACCESS_KEYS",
+    "ACCESS_OPTIONS",
+    "ServeAccess",
+    "access_problem",
+    "check_served",
+    "serve_access",
+]
+
+ACCESS_KEYS = frozenset(
+    {
+        "auth", "insecure_no_auth", "allowed_hosts", "allowed_origins", "max_sessions",
+        "session_idle_timeout", "jwt_issuer", "jwt_audience", "jwt_jwks_url",
+    }
+)  # fmt: skip
+"""The ``[serve]`` keys of these options (the parameter names ``serve`` receives)."""
+
+DEFAULT_MAX_SESSIONS = 1_000  # keel.mcp.access.MAX_SESSIONS (not imported: keel --help stays fast)
+DEFAULT_IDLE = 300.0  # seconds: keel.mcp.access.SESSION_IDLE_TIMEOUT
+
+ACCESS_OPTIONS: list[Callable[[Any], Any]] = [
+    click.option(
+        "--auth",
+        default="none",
+        show_default=True,
+        envvar="KEEL_AUTH",
+        metavar="none|tokens:FILE|jwt",
+        help="Require bearer tokens over HTTP: those of a token file (keel auth add-token), "
+        "or JWTs of an OAuth 2.1 authorization server (--jwt-*).",
+    ),
+    click.option(
+        "--insecure-no-auth",
+        is_flag=True,
+        envvar="KEEL_INSECURE_NO_AUTH",
+        help="Serve a non-loopback --host without --auth (anyone who reaches it may call it).",
+    ),
+    click.option(
+        "--allowed-host",
+        "allowed_hosts",
+        multiple=True,
+        envvar="KEEL_ALLOWED_HOSTS",
+        metavar="HOST[:PORT|:*]",
+        help="Another Host header to serve (repeatable); loopback names and the bound "
+        "address are always allowed. Others are answered 421.",
+    ),
+    click.option(
+        "--allowed-origin",
+        "allowed_origins",
+        multiple=True,
+        envvar="KEEL_ALLOWED_ORIGINS",
+        metavar="http(s)://HOST[:PORT]",
+        help="Another browser Origin to serve (repeatable); those of the allowed hosts are "
+        "always allowed. Others are answered 403.",
+    ),
+    click.option(
+        "--max-sessions",
+        default=DEFAULT_MAX_SESSIONS,
+        show_default=True,
+        type=click.IntRange(1, 1_000_000),
+        envvar="KEEL_MAX_SESSIONS",
+        help="2025-11-25 sessions open at once; more are refused (HTTP 503) until some end.",
+    ),
+    click.option(
+        "--session-idle-timeout",
+        default=DEFAULT_IDLE,
+        show_default=True,
+        type=click.FloatRange(1.0, 86_400.0),
+        envvar="KEEL_SESSION_IDLE_TIMEOUT",
+        metavar="SECONDS",
+        help="A 2025-11-25 session with no request for this long is closed.",
+    ),
+    click.option(
+        "--jwt-issuer", envvar="KEEL_JWT_ISSUER", metavar="URL", help="--auth jwt: the `iss`."
+    ),
+    click.option(
+        "--jwt-audience",
+        envvar="KEEL_JWT_AUDIENCE",
+        metavar="AUD",
+        help="--auth jwt: the `aud` tokens must name (this server's resource URL, usually).",
+    ),
+    click.option(
+        "--jwt-jwks-url",
+        envvar="KEEL_JWT_JWKS_URL",
+        metavar="URL",
+        help="--auth jwt: where the issuer publishes its signing keys (JWKS).",
+    ),
+]
+
+_STRINGS = frozenset({"auth", "jwt_issuer", "jwt_audience", "jwt_jwks_url"})
+_LISTS = frozenset({"allowed_hosts", "allowed_origins"})
+
+
+def access_problem(key: str, value: object) -> str | None:
+    """What is wrong with a TOML value's type for one of these keys (None: nothing)."""
+    if key in _STRINGS and not isinstance(value, str):
+        return f"must be a string, not {value!r}"
+    if key in _LISTS and not (
+        isinstance(value, list) and all(isinstance(item, str) for item in value)
+    ):
+        return f"must be a list of strings, not {value!r}"
+    if key == "insecure_no_auth" and not isinstance(value, bool):
+        return f"must be true or false, not {value!r}"
+    if key == "max_sessions" and (isinstance(value, bool) or not isinstance(value, int)):
+        return f"must be an integer, not {value!r}"
+    if key == "session_idle_timeout" and (
+        isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)
+    ):
+        return f"must be a number of seconds, not {value!r}"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class ServeAccess:
+    """What ``keel serve`` settled about access: the allow-lists and limits, the
+    authentication (None: none), and lines for its startup message."""
+
+    http: HttpAccess
+    auth: ServerAuth | None
+    lines: list[str] = field(default_factory=list)
+
+
+def serve_access(host: str, port: int, options: dict[str, Any]) -> ServeAccess:
+    """The access settings of ``keel serve --host HOST --port PORT``, taken (popped) from
+    its keyword ``options``.
+
+    Raises:
+        KeelCliError: a non-loopback ``host`` without ``--auth`` or
+            ``--insecure-no-auth``; an allowed host or origin that cannot be one.
+        click.BadParameter: an ``--auth`` that is none of its forms.
+        KeelError: the token file or the JWT settings cannot be used.
+    """
+    from keel.mcp.access import HttpAccess, bind_problem, is_loopback
+
+    values = {key: options.pop(key) for key in ACCESS_KEYS if key in options}
+    auth = _auth(str(values.get("auth") or "none"), host, port, values)
+    insecure = bool(values.get("insecure_no_auth"))
+    problem = bind_problem(host, authenticated=auth is not None, insecure_no_auth=insecure)
+    if problem:
+        raise KeelCliError(problem)
+    http = HttpAccess.for_bind(
+        host,
+        port,
+        hosts=values.get("allowed_hosts") or (),
+        origins=values.get("allowed_origins") or (),
+        max_sessions=values.get("max_sessions", DEFAULT_MAX_SESSIONS),
+        session_idle_timeout=values.get("session_idle_timeout", DEFAULT_IDLE),
+    )
+    if auth is None and insecure and not is_loopback(host):
+        warn(f"--insecure-no-auth: anyone who can reach {host}:{port} may call every tool")
+    lines = [f"  auth:    {'none' if auth is None else auth.description}", *http.describe()]
+    return ServeAccess(http, auth, lines)
+
+
+def check_served(access: ServeAccess | None, server: MCPServer[Any], app: str) -> None:
+    """Refuse to serve an app whose server does not authenticate as ``--auth`` asked
+    (an app module that built its ``MCPServer`` without ``ServeSettings.server_for``).
+
+    Raises:
+        KeelCliError: ``--auth`` is set and the server has no token verifier.
+    """
+    if access is not None and access.auth is not None and server.settings.auth is None:
+        raise KeelCliError(
+            f"--app {app} built its server without ServeSettings.server_for, so --auth "
+            "cannot apply to it; build it with settings.server_for(app, name)"
+        )
+
+
+def _auth(spec: str, host: str, port: int, values: dict[str, Any]) -> ServerAuth | None:
+    """The authentication ``--auth`` names (None for ``none``).
+
+    Raises:
+        click.BadParameter: none of its forms.
+        KeelError: the token file cannot be used.
+    """
+    from keel.errors import ConfigurationError
+    from keel.mcp.access import own_url
+
+    jwt_given = sorted(k for k in ("jwt_issuer", "jwt_audience", "jwt_jwks_url") if values.get(k))
+    if jwt_given and spec != "jwt":
+        names = ", ".join("--" + k.replace("_", "-") for k in jwt_given)
+        raise ConfigurationError(f"{names} given, but --auth is {spec[:200]!r}, not jwt")
+    if spec == "none":
+        return None
+    if spec.startswith("tokens:") and spec != "tokens:":
+        return _token_auth(spec.removeprefix("tokens:"), host, port)
+    if spec == "jwt":
+        from keel.mcp.jwt_auth import jwt_auth
+
+        return jwt_auth(
+            issuer=values.get("jwt_issuer"),
+            audience=values.get("jwt_audience"),
+            jwks_url=values.get("jwt_jwks_url"),
+            server_url=own_url(host, port, "/mcp"),
+        )
+    raise click.BadParameter(
+        f"must be none, tokens:FILE or jwt, not {spec[:200]!r}", param_hint="--auth"
+    )
+
+
+def _token_auth(name: str, host: str, port: int) -> ServerAuth:
+    """Bearer tokens of the token file ``name`` (:mod:`keel.mcp.tokens`)."""
+    from keel.errors import ConfigurationError
+    from keel.mcp.access import own_url
+    from keel.mcp.tokens import token_auth
+    from keel.store.locations import file_name_problem
+
+    problem = file_name_problem(name)
+    if problem:
+        raise ConfigurationError(f"--auth tokens:FILE: the file name {problem}")
+    return token_auth(Path(name), own_url(host, port))

@@ -1,0 +1,345 @@
+"""Who may reach ``keel serve`` over HTTP: bind safety, Host / Origin allow-lists, the
+limits on old-protocol sessions, and the bearer authentication the server is built with.
+
+* **Bind safety** (:func:`bind_problem`): a server listening on anything but a loopback
+  address must authenticate its clients (``--auth``), unless the operator says
+  otherwise in so many words (``--insecure-no-auth``).
+* **Host / Origin allow-lists** (:class:`HttpAccess`), on every bind, loopback included:
+  the SDK's own DNS-rebinding protection (``TransportSecuritySettings``), given to its
+  Streamable HTTP transport and, through :class:`HostOriginGuard`, put in front of every
+  other route the app serves (the protected-resource metadata, custom routes). A wrong
+  ``Host`` is answered 421, a wrong ``Origin`` 403, before authentication is looked at.
+* **Old-protocol sessions** (2025-11-25 clients, which keep a session per connection in
+  the server's memory): at most :data:`MAX_SESSIONS` at once (more are refused with the
+  SDK's 503 "Too many open sessions"), each closed after
+  :data:`SESSION_IDLE_TIMEOUT` seconds without a request. Current-protocol (2026-07-28)
+  requests hold no session and are not counted.
+* **Authentication** (:class:`ServerAuth`): a ``TokenVerifier`` (bearer tokens of a token
+  file, :mod:`keel.mcp.tokens`; JWTs of an OAuth 2.1 authorization server,
+  :mod:`keel.mcp.jwt_auth`) and the SDK's ``AuthSettings``, which the ``MCPServer`` is
+  built with (``keel.mcp.serving.app_server``): the SDK then answers 401 with
+  ``WWW-Authenticate`` to a request without a valid token, and the token's principal owns
+  the tasks it creates.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import socket
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from mcp.server import MCPServer
+from mcp.server.auth.provider import TokenVerifier
+from mcp.server.auth.settings import AuthSettings
+from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from keel.errors import ConfigurationError
+from keel.mcp.wire import SESSIONS_FULL
+
+__all__ = [
+    "LOOPBACK_HOSTS",
+    "MAX_SESSIONS",
+    "SESSION_IDLE_TIMEOUT",
+    "HostOriginGuard",
+    "HttpAccess",
+    "ServerAuth",
+    "SessionsFull",
+    "bind_problem",
+    "is_loopback",
+    "own_url",
+]
+
+MAX_SESSIONS = 1_000
+"""Old-protocol sessions open at once, by default (the SDK's own default is 10,000: a
+flood of ``initialize`` calls took a server to 462 MB before it)."""
+SESSIONS_FULL_RETRY = 5.0  # seconds a client refused a session is told to wait
+SESSION_IDLE_TIMEOUT = 300.0  # seconds an old-protocol session may sit idle (SDK: 1,800)
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+"""Host names every server answers to, with any port: a client on the same machine."""
+WILDCARD = frozenset({"0.0.0.0", "::", ""})  # noqa: S104 - names of the wildcard binds
+
+
+@dataclass(frozen=True, slots=True)
+class ServerAuth:
+    """How a server authenticates its clients: the SDK's ``AuthSettings`` and the
+    ``TokenVerifier`` that checks each bearer token, as ``MCPServer`` takes them."""
+
+    settings: AuthSettings
+    verifier: TokenVerifier
+    description: str
+    """How ``keel serve``'s startup message names it (``bearer tokens of FILE``)."""
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address or a name) reaches this machine only: a loopback
+    address, ``localhost``, or a name every address of which is a loopback one."""
+    name = host.strip("[]")
+    if name.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return False  # keel serve's port check names the problem
+    addresses = {str(info[4][0]) for info in infos}
+    return bool(addresses) and all(ipaddress.ip_address(a).is_loopback for a in addresses)
+
+
+def bind_problem(host: str, *, authenticated: bool, insecure_no_auth: bool) -> str | None:
+    """What is wrong with serving on ``host`` with (or without) authentication: None when
+    nothing is, or when the operator chose ``--insecure-no-auth``."""
+    if authenticated or insecure_no_auth or is_loopback(host):
+        return None
+    return (
+        f"--host {host} is reachable from other machines, and no --auth is set: choose "
+        "--auth tokens:FILE (keel auth add-token NAME) or --auth jwt, or say "
+        "--insecure-no-auth to serve anyone who can reach it"
+    )
+
+
+def _host_port(host: str, port: int) -> str:
+    """``host:port`` as a ``Host`` header spells it (an IPv6 address in brackets)."""
+    name = host.strip("[]")
+    try:
+        if ipaddress.ip_address(name).version == 6:
+            return f"[{name}]:{port}"
+    except ValueError:
+        pass
+    return f"{host}:{port}"
+
+
+def own_url(host: str, port: int, path: str = "") -> str:
+    """``http://host:port`` + ``path``: where a server bound to ``host:port`` is."""
+    return f"http://{_host_port(host, port)}{path}"
+
+
+def _with_ports(host: str) -> list[str]:
+    """A host the operator allows: as given if it names a port, else with any port or
+    none (a reverse proxy on port 80 or 443 sends the bare name)."""
+    bare = host.rsplit("]", 1)[-1] if host.startswith("[") else host
+    if ":" in bare:  # host:port (or [v6]:port)
+        return [host]
+    return [host, f"{host}:*"]
+
+
+def _bound_hosts(host: str, port: int) -> list[str]:
+    """The names a server bound to ``host:port`` is reached by, besides loopback ones:
+    the address itself, or (a wildcard bind) this machine's own name."""
+    if host in WILDCARD:
+        return [_host_port(socket.gethostname(), port)] if port else []
+    if is_loopback(host):
+        return []
+    return [_host_port(host, port) if port else f"{host}:*"]
+
+
+@dataclass(frozen=True, slots=True)
+class HttpAccess:
+    """The Host / Origin allow-lists and the old-protocol session limits of one server.
+
+    Patterns are the SDK's: an exact ``Host`` (``mcp.example.com:8443``) or a name with
+    any port (``mcp.example.com:*``); origins likewise (``https://app.example.com``).
+    """
+
+    allowed_hosts: tuple[str, ...]
+    allowed_origins: tuple[str, ...]
+    max_sessions: int | None = MAX_SESSIONS
+    session_idle_timeout: float | None = SESSION_IDLE_TIMEOUT
+
+    @classmethod
+    def for_bind(
+        cls,
+        host: str,
+        port: int,
+        *,
+        hosts: Iterable[str] = (),
+        origins: Iterable[str] = (),
+        max_sessions: int | None = MAX_SESSIONS,
+        session_idle_timeout: float | None = SESSION_IDLE_TIMEOUT,
+    ) -> HttpAccess:
+        """The defaults for a server bound to ``host:port`` (loopback names with any
+        port, the bound address, or this machine's name on a wildcard bind), plus the
+        ``hosts`` and ``origins`` the operator allows. Each allowed host allows its own
+        ``http://`` and ``https://`` origins: a page served from the server itself.
+
+        Raises:
+            ConfigurationError: an allowed host or origin that cannot be one.
+        """
+        extra = [_checked_host(h) for h in hosts]
+        allowed = [f"{name}:*" for name in LOOPBACK_HOSTS] + _bound_hosts(host, port)
+        for name in extra:
+            allowed += _with_ports(name)
+        own_origins = [f"{scheme}://{name}" for name in allowed for scheme in ("http", "https")]
+        return cls(
+            allowed_hosts=_unique(allowed),
+            allowed_origins=_unique([*own_origins, *(_checked_origin(o) for o in origins)]),
+            max_sessions=max_sessions,
+            session_idle_timeout=session_idle_timeout,
+        )
+
+    @property
+    def transport_security(self) -> TransportSecuritySettings:
+        """The SDK's settings for these allow-lists (DNS-rebinding protection on)."""
+        return TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=list(self.allowed_hosts),
+            allowed_origins=list(self.allowed_origins),
+        )
+
+    def app(
+        self,
+        server: MCPServer[Any],
+        *,
+        host: str,
+        mounts: Mapping[str, ASGIApp] | None = None,
+        **options: Any,
+    ) -> ASGIApp:
+        """``server``'s Streamable HTTP app (``options`` as ``streamable_http_app`` takes
+        them) with these limits and ``mounts`` (other apps by path) beside it, every route
+        behind the allow-lists."""
+        security = self.transport_security
+        app = server.streamable_http_app(
+            host=host,
+            transport_security=security,
+            max_sessions=self.max_sessions,
+            session_idle_timeout=self.session_idle_timeout,
+            **options,
+        )
+        for path, mounted in (mounts or {}).items():
+            app.mount(path, mounted)
+        return HostOriginGuard(SessionsFull(app, self), security)
+
+    def describe(self) -> list[str]:
+        """Lines for ``keel serve``'s startup message."""
+        idle = "never" if self.session_idle_timeout is None else f"{self.session_idle_timeout:g} s"
+        return [
+            f"  hosts:   {', '.join(self.allowed_hosts)}",
+            f"  origins: {', '.join(o for o in self.allowed_origins if o.startswith('http://'))}"
+            " (and https)",
+            f"  2025-11-25 sessions: at most {self.max_sessions}, closed when idle {idle}",
+        ]
+
+
+def _unique(items: Iterable[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(items))
+
+
+def _checked_host(host: str) -> str:
+    """An allowed ``Host``: a name or address, perhaps with ``:port`` or ``:*``."""
+    if not host or any(c in host for c in "/ \t\r\n\x00@?#") or not host.isprintable():
+        raise ConfigurationError(
+            f"--allowed-host {host!r}: expected a host name, host:port or host:* "
+            "(no scheme, no path)"
+        )
+    return host
+
+
+def _checked_origin(origin: str) -> str:
+    """An allowed ``Origin``: ``scheme://host[:port]``, as a browser sends it."""
+    scheme, sep, rest = origin.partition("://")
+    if (
+        not sep
+        or scheme not in {"http", "https"}
+        or not rest
+        or any(c in rest for c in "/ \t\r\n\x00@?#")
+        or not origin.isprintable()
+    ):
+        raise ConfigurationError(
+            f"--allowed-origin {origin!r}: expected http(s)://host[:port] (no path), "
+            "as a browser sends it"
+        )
+    return origin
+
+
+class HostOriginGuard:
+    """ASGI middleware: every HTTP request's ``Host`` and ``Origin`` checked against the
+    allow-lists before the app sees it (421 / 403 otherwise).
+
+    The SDK applies its ``TransportSecuritySettings`` to the MCP endpoint only; its
+    public seam for the rest is ``TransportSecurityMiddleware.validate_request``, used
+    here for every route. (The Content-Type of a POST is left to each route: the MCP
+    endpoint checks its own.)
+    """
+
+    def __init__(self, app: ASGIApp, settings: TransportSecuritySettings) -> None:
+        self.app = app
+        self.security = TransportSecurityMiddleware(settings)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            refused = await self.security.validate_request(Request(scope), is_post=False)
+            if refused is not None:
+                await refused(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+class SessionsFull:
+    """ASGI middleware: the SDK's refusal of a new old-protocol session at the session
+    limit (HTTP 503, JSON-RPC ``-32603 "Too many open sessions"``) told as what it is:
+    :data:`~keel.mcp.wire.SESSIONS_FULL`, naming the limit and what to do, with
+    ``data.retryAfterMs`` and a ``Retry-After`` header. Any other answer passes as is.
+
+    The SDK has no seam for that answer; its session manager writes it itself. This
+    watches the responses to requests that would open a session (no
+    ``Mcp-Session-Id``) and replaces that one body, recognised by status and message.
+    """
+
+    SDK_MESSAGE = b"Too many open sessions"
+
+    def __init__(self, app: ASGIApp, access: HttpAccess) -> None:
+        self.app = app
+        self.access = access
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        opens_session = scope["type"] == "http" and not any(
+            name == b"mcp-session-id" for name, _ in scope.get("headers", ())
+        )
+        if not opens_session:
+            await self.app(scope, receive, send)
+            return
+        held: list[Message] = []  # a 503's messages, until its body shows what it is
+
+        async def watch(message: Message) -> None:
+            if message["type"] == "http.response.start" and message["status"] == 503:
+                held.append(message)
+                return
+            if not held:
+                await send(message)
+                return
+            held.append(message)
+            if message["type"] == "http.response.body" and not message.get("more_body"):
+                body = b"".join(m.get("body", b"") for m in held[1:])
+                if self.SDK_MESSAGE in body:
+                    await self._refusal()(scope, receive, send)
+                else:
+                    for kept in held:
+                        await send(kept)
+                held.clear()
+
+        await self.app(scope, receive, watch)
+
+    def _refusal(self) -> Response:
+        idle = self.access.session_idle_timeout
+        message = (
+            f"the server has {self.access.max_sessions} 2025-11-25 sessions open, its limit "
+            "(keel serve --max-sessions): try again when one ends"
+            + (f" or idles out ({idle:g} s)" if idle is not None else "")
+            + ", or use protocol 2026-07-28, which needs no session"
+        )
+        retry_ms = round(SESSIONS_FULL_RETRY * 1000)
+        error = {"code": SESSIONS_FULL, "message": message, "data": {"retryAfterMs": retry_ms}}
+        return Response(
+            json.dumps({"jsonrpc": "2.0", "id": None, "error": error}),
+            status_code=503,
+            media_type="application/json",
+            headers={"Retry-After": str(round(SESSIONS_FULL_RETRY))},
+        )

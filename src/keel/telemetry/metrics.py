@@ -1,0 +1,175 @@
+"""Prometheus metrics of a Keel process: ``keel_*``, counted where the store commits.
+
+:class:`Metrics` is a :class:`~keel.store.observed.CommitObserver`: set as a store's
+observer, it hears of each write after its COMMIT, with the history entries it wrote, so
+every counter counts exactly the transitions this process committed (an idempotent
+repeat, a refused or rolled-back write counts nothing). Each process has its own
+counters; Prometheus adds them up across processes (``sum by (tool)``).
+
+The gauges are read when scraped: ``keel_tasks{status}`` from the store (one
+``counts()`` read, by :meth:`Metrics.refresh`), the rest from this process.
+docs/observability.md lists every metric.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from keel.model import Status, Task
+from keel.store.observed import Committed, Transition
+
+__all__ = ["CONTENT_TYPE", "Metrics"]
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+"""The Prometheus text exposition format."""
+
+WAIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 3600)
+"""Seconds: queue and input waits, attempts (milliseconds to an hour)."""
+COMMIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10)
+BATCH_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 100)
+MAX_OPEN_ATTEMPTS = 100_000
+"""Claims remembered for the attempt-duration histogram (attempts whose outcome another
+process wrote are forgotten, oldest first, past this many)."""
+
+_ENDS_ATTEMPT = {
+    "complete": "completed",
+    "fail": "failed",
+    "retry": "error",
+    "release": "released",
+    "request_input": "input_required",
+    "cancel": "cancelled",
+}
+
+
+def _tool(task: Task | None) -> str:
+    return "" if task is None or task.name is None else task.name
+
+
+class Metrics:
+    """The metrics of one process (their own registry: several may live side by side)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+
+        def counter(name: str, doc: str, labels: Iterable[str] = ("tool",)) -> Counter:
+            return Counter(name, doc, list(labels), registry=r)
+
+        def histogram(name: str, doc: str, labels: Iterable[str], buckets: Any) -> Histogram:
+            return Histogram(name, doc, list(labels), registry=r, buckets=buckets)
+
+        self.tasks = Gauge("keel_tasks", "Tasks in the store, by status.", ["status"], registry=r)
+        self.created = counter("keel_tasks_created", "Tasks created (idempotent repeats not).")
+        self.completed = counter("keel_tasks_completed", "Tasks that completed.")
+        self.failed = counter("keel_tasks_failed", "Tasks that failed (dead letters included).")
+        self.cancelled = counter("keel_tasks_cancelled", "Tasks cancelled.")
+        self.dead = counter("keel_tasks_dead_lettered", "Tasks failed after their last attempt.")
+        self.retries = counter("keel_task_retries", "Attempts that ended to be tried again.")
+        self.expiries = counter("keel_lease_expiries", "Leases that expired and were recovered.")
+        self.input_requested = counter("keel_task_input_requests", "Times tasks asked for input.")
+        self.released = counter("keel_task_releases", "Attempts that gave their task back.")
+        self.purged = Counter("keel_tasks_purged", "Finished tasks purged.", registry=r)
+        self.queue_wait = histogram(
+            "keel_queue_wait_seconds", "Ready (created, answered, retried) to claimed.",
+            ["tool"], WAIT_BUCKETS,
+        )  # fmt: skip
+        self.attempt = histogram(
+            "keel_attempt_duration_seconds", "Claim to the attempt's outcome, by outcome.",
+            ["tool", "outcome"], WAIT_BUCKETS,
+        )  # fmt: skip
+        self.input_wait = histogram(
+            "keel_input_wait_seconds", "Waiting for input to the answer that resumed the task.",
+            ["tool"], WAIT_BUCKETS,
+        )  # fmt: skip
+        self.batch = histogram("keel_claim_batch_size", "Tasks one claim took.", [], BATCH_BUCKETS)
+        self.commit = histogram(
+            "keel_store_commit_seconds", "A store write, called to committed, by method.",
+            ["op"], COMMIT_BUCKETS,
+        )  # fmt: skip
+        self._claimed: dict[tuple[str, int], float] = {}
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+    def _of(self, metric: Any, *labels: str) -> Any:
+        """``metric.labels(*labels)``, kept (the lookup takes a lock and checks labels)."""
+        key = (id(metric), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
+    def gauge(self, name: str, doc: str, read: Callable[[], float]) -> None:
+        """A gauge of this process read when scraped (workers, attempts, listeners)."""
+        Gauge(name, doc, registry=self.registry).set_function(read)
+
+    def set_counts(self, counts: Mapping[Status, int]) -> None:
+        """``keel_tasks{status}`` from a store's ``counts()``."""
+        for status in Status:
+            self.tasks.labels(status.value).set(counts.get(status, 0))
+
+    def exposition(self) -> bytes:
+        """The Prometheus text of every metric."""
+        return generate_latest(self.registry)
+
+    # --- the observer ----------------------------------------------------------------
+
+    def committed(self, commit: Committed) -> None:
+        self._of(self.commit, commit.what).observe(commit.seconds)
+        if commit.what == "claim":
+            self._claims(commit.result)
+            return
+        if commit.what == "purge":
+            self.purged.inc(len(commit.result))
+        for transition in commit.transitions:
+            self._transition(commit.what, transition)
+
+    def _claims(self, claimed: list[Task]) -> None:
+        self.batch.observe(len(claimed))
+        if len(self._claimed) + len(claimed) > MAX_OPEN_ATTEMPTS:
+            for key in list(self._claimed)[: len(claimed) + MAX_OPEN_ATTEMPTS // 10]:
+                del self._claimed[key]
+        for task in claimed:
+            # A claim leaves ready_at alone and sets updated_at to its own time.
+            self._of(self.queue_wait, _tool(task)).observe(
+                max(0.0, task.updated_at - task.ready_at)
+            )
+            self._claimed[(task.task_id, task.fence)] = task.updated_at
+
+    def _transition(self, what: str, transition: Transition) -> None:
+        event, old = transition.event, transition.old
+        tool = _tool(transition.task)
+        if event.from_status is None:
+            if what == "create":
+                self._of(self.created, tool).inc()
+                if event.to_status is Status.INPUT_REQUIRED:
+                    self._of(self.input_requested, tool).inc()
+            return
+        self._attempt_end(what, transition, tool)
+        to = event.to_status
+        if what in {"retry", "recover_expired"}:
+            if what == "recover_expired":
+                self._of(self.expiries, tool).inc()
+            self._of(self.dead if to is Status.FAILED else self.retries, tool).inc()
+        elif what == "release":
+            self._of(self.released, tool).inc()
+        if to is Status.INPUT_REQUIRED and event.from_status is not Status.INPUT_REQUIRED:
+            self._of(self.input_requested, tool).inc()
+        if event.from_status is Status.INPUT_REQUIRED and to is Status.WORKING and old is not None:
+            self._of(self.input_wait, tool).observe(max(0.0, event.at - old.updated_at))
+        ended = {Status.COMPLETED: self.completed, Status.FAILED: self.failed,
+                 Status.CANCELLED: self.cancelled}.get(to)  # fmt: skip
+        if ended is not None:
+            self._of(ended, tool).inc()
+
+    def _attempt_end(self, what: str, transition: Transition, tool: str) -> None:
+        """The attempt-duration of an attempt this write ended, if this process claimed it."""
+        old, new = transition.old, transition.new
+        if old is None or old.lease_owner is None or (new is not None and new.lease_owner):
+            return
+        started = self._claimed.pop((old.task_id, old.fence), None)
+        if started is not None:
+            outcome = _ENDS_ATTEMPT.get(what, "recovered" if what == "recover_expired" else what)
+            seconds = max(0.0, transition.event.at - started)
+            self._of(self.attempt, tool, outcome).observe(seconds)

@@ -1,0 +1,135 @@
+"""Helpers for the access tests: a Keel server behind :mod:`keel.mcp.access`, served by
+uvicorn in the test's event loop on a socket bound to 127.0.0.1, and raw HTTP requests.
+
+``serve_guarded(server, access)`` serves the same ASGI app ``keel serve`` runs
+(:meth:`HttpAccess.app`), so the allow-lists, session limits and authentication under
+test are the real ones; the socket is bound before uvicorn starts, so the port is known
+and nothing else can take it.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import uvicorn
+from mcp.server import MCPServer
+from starlette.types import ASGIApp
+
+from keel.mcp.access import HttpAccess, ServerAuth
+from keel.mcp.serving import app_server
+from keel.runtime import Keel
+from keel.store import SqliteStore
+from tasks_extension.support import build_app
+
+__all__ = ["WAIT", "Raw", "build", "raw", "serve_asgi", "serve_guarded"]
+
+WAIT = 15.0  # seconds any one step may take (bounded waits, never sleeps)
+HOST = "127.0.0.1"
+
+
+def build(folder: Path, auth: ServerAuth | None = None) -> MCPServer[Any]:
+    """The tasks of the extension tests on a fresh SQLite store in ``folder``, served as
+    ``keel serve`` serves an app (:func:`keel.mcp.serving.app_server`)."""
+    app = build_app(Keel(SqliteStore(folder / "keel.db")))
+    return app_server(app, "keel-access-tests", state_dir=folder, auth=auth)
+
+
+@asynccontextmanager
+async def serve_guarded(
+    server: MCPServer[Any], access: HttpAccess | None = None
+) -> AsyncIterator[str]:
+    """Serve ``server`` behind ``access`` (default: the defaults of a loopback bind) on
+    127.0.0.1; yield the MCP endpoint's URL; stop the server when the block ends."""
+    sock = socket.socket()
+    sock.bind((HOST, 0))
+    port = int(sock.getsockname()[1])
+    access = access or HttpAccess.for_bind(HOST, port)
+    app = access.app(server, host=HOST, streamable_http_path="/mcp", json_response=True)
+    async with serve_asgi(app, sock) as base:
+        yield f"{base}/mcp"
+
+
+@asynccontextmanager
+async def serve_asgi(app: ASGIApp, sock: socket.socket | None = None) -> AsyncIterator[str]:
+    """Serve the ASGI ``app`` with uvicorn on ``sock`` (default: a new socket bound to
+    127.0.0.1); yield its base URL; stop it (lifespan included) when the block ends."""
+    if sock is None:
+        sock = socket.socket()
+        sock.bind((HOST, 0))
+    port = int(sock.getsockname()[1])
+    config = uvicorn.Config(app, log_config=None, log_level="warning", lifespan="on")
+    http = uvicorn.Server(config)
+    stopped = anyio.Event()
+
+    async def serve() -> None:
+        try:
+            await http.serve(sockets=[sock])
+        finally:
+            stopped.set()
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(serve)
+            with anyio.fail_after(WAIT):
+                while not http.started:  # noqa: ASYNC110 - uvicorn offers no event for it
+                    await anyio.sleep(0.01)
+            try:
+                yield f"http://{HOST}:{port}"
+            finally:
+                http.should_exit = True
+                with anyio.CancelScope(shield=True), anyio.move_on_after(WAIT):
+                    await stopped.wait()
+    finally:
+        sock.close()
+
+
+@dataclass(frozen=True)
+class Raw:
+    """One raw HTTP exchange: status, headers and body text."""
+
+    status: int
+    headers: Mapping[str, str]
+    text: str
+
+    @property
+    def json(self) -> Any:
+        return json.loads(self.text)
+
+
+INITIALIZE_2025 = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "keel-access-tests", "version": "0"},
+    },
+}
+"""An old-protocol ``initialize``: it opens a session that the server keeps."""
+
+
+async def raw(
+    url: str,
+    *,
+    method: str = "POST",
+    body: Any = INITIALIZE_2025,
+    headers: Mapping[str, str] | None = None,
+) -> Raw:
+    """One HTTP request with exactly ``headers`` (plus JSON content negotiation); the
+    ``Host`` header is the URL's unless ``headers`` names another."""
+    sent = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    sent.update(headers or {})
+    async with httpx2.AsyncClient(timeout=WAIT) as client:
+        response = await client.request(
+            method, url, content=None if body is None else json.dumps(body), headers=sent
+        )
+    return Raw(response.status_code, dict(response.headers), response.text)

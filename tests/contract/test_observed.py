@@ -1,0 +1,147 @@
+"""Contract: a store's observer hears exactly what each write committed, on every adapter.
+
+The metrics of :mod:`keel.telemetry.metrics` are counted from what the store commits
+(:mod:`keel.store.observed`): idempotent repeats, refused writes and reads count nothing.
+A known workload, every counter checked.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from contract.support import ERROR, LEASE, FakeClock, ask
+from keel.errors import TaskAlreadyTerminal
+from keel.model import Status
+from keel.store import Store, TxStore
+from keel.store.observed import Committed
+from keel.telemetry.metrics import Metrics
+
+pytestmark = pytest.mark.anyio
+
+
+class Heard:
+    """An observer that keeps every commit it hears of."""
+
+    def __init__(self) -> None:
+        self.commits: list[Committed] = []
+
+    def committed(self, commit: Committed) -> None:
+        self.commits.append(commit)
+
+
+def observed(store: Store) -> tuple[Metrics, Heard]:
+    assert isinstance(store, TxStore)
+    metrics, heard = Metrics(), Heard()
+
+    class Both:
+        def committed(self, commit: Committed) -> None:
+            metrics.committed(commit)
+            heard.committed(commit)
+
+    store.observer = Both()
+    return metrics, heard
+
+
+def value(metrics: Metrics, name: str, **labels: str) -> float:
+    got = metrics.registry.get_sample_value(name, labels)
+    return 0.0 if got is None else got
+
+
+async def test_a_create_and_its_idempotent_repeat_are_heard_of_once(store: Store) -> None:
+    """One create commits one transition; the repeat with the same key commits none."""
+    metrics, heard = observed(store)
+    first = await store.create(name="job", idempotency_key="k")
+    again = await store.create(name="job", idempotency_key="k")
+    assert again.task_id == first.task_id
+    assert [len(c.transitions) for c in heard.commits] == [1, 0]
+    transition = heard.commits[0].transitions[0]
+    assert transition.old is None
+    assert transition.new == first
+    assert transition.event.to_status is Status.WORKING
+    assert value(metrics, "keel_tasks_created_total", tool="job") == 1
+
+
+async def test_every_counter_is_exact_after_a_known_workload(
+    store: Store, clock: FakeClock
+) -> None:
+    """Creates, claims, completions, retries, a dead letter, input, a cancel and a lease
+    expiry, with repeats and refused writes among them: each counted exactly once."""
+    metrics, _ = observed(store)
+    a = await store.create(name="job", idempotency_key="a")
+    await store.create(name="job", idempotency_key="a")  # repeat: not a new task
+    b = await store.create(name="job", max_attempts=2)
+    c = await store.create(name="other", input_requests={"svc": ask()})
+    clock.advance(5)
+    claimed = await store.claim(["job"], worker="w1", lease_seconds=LEASE, limit=10)
+    assert {t.task_id for t in claimed} == {a.task_id, b.task_id}
+    by_id = {t.task_id: t for t in claimed}
+    clock.advance(2)
+    await store.complete(a.task_id, {"ok": True}, fence=by_id[a.task_id].fence)
+    await store.complete(a.task_id, {"ok": True}, fence=by_id[a.task_id].fence)  # repeat
+    await store.retry(b.task_id, ERROR, fence=by_id[b.task_id].fence, delay_seconds=0)
+    (b2,) = await store.claim(["job"], worker="w1", lease_seconds=LEASE)
+    clock.advance(1)
+    await store.retry(b.task_id, ERROR, fence=b2.fence, delay_seconds=0)  # the last attempt
+    clock.advance(7)
+    await store.provide_input(c.task_id, {"svc": {"service": "db"}})
+    (c1,) = await store.claim(["other"], worker="w2", lease_seconds=LEASE)
+    await store.cancel(c.task_id)
+    await store.cancel(c.task_id)  # cancelling a cancelled task returns it
+    with pytest.raises(TaskAlreadyTerminal):
+        await store.complete(c.task_id, 1, fence=c1.fence)  # refused: counts nothing
+    d = await store.create(name="job")
+    await store.claim(["job"], worker="w3", lease_seconds=LEASE)
+    clock.advance(LEASE + 1)
+    assert [t.task_id for t in await store.recover_expired()] == [d.task_id]
+
+    expected = {
+        ("keel_tasks_created_total", "job"): 3,
+        ("keel_tasks_created_total", "other"): 1,
+        ("keel_tasks_completed_total", "job"): 1,
+        ("keel_tasks_failed_total", "job"): 2,  # b dead-lettered, d's lease expired
+        ("keel_tasks_dead_lettered_total", "job"): 2,
+        ("keel_task_retries_total", "job"): 1,
+        ("keel_lease_expiries_total", "job"): 1,
+        ("keel_tasks_cancelled_total", "other"): 1,
+        ("keel_task_input_requests_total", "other"): 1,
+        ("keel_tasks_completed_total", "other"): 0,
+        ("keel_queue_wait_seconds_count", "job"): 4,
+        ("keel_queue_wait_seconds_count", "other"): 1,
+        ("keel_input_wait_seconds_count", "other"): 1,
+        ("keel_input_wait_seconds_sum", "other"): 15,  # created at 0, answered at 15
+    }
+    got = {key: value(metrics, key[0], tool=key[1]) for key in expected}
+    assert got == expected
+    assert value(metrics, "keel_queue_wait_seconds_sum", tool="job") == 5 + 5 + 0 + 0
+    assert value(metrics, "keel_claim_batch_size_count") == 4
+    assert value(metrics, "keel_claim_batch_size_sum") == 2 + 1 + 1 + 1
+    outcomes = {
+        outcome: value(metrics, "keel_attempt_duration_seconds_count", tool=tool, outcome=outcome)
+        for tool, outcome in [
+            ("job", "completed"),
+            ("job", "error"),
+            ("other", "cancelled"),
+            ("job", "recovered"),
+        ]
+    }
+    assert outcomes == {"completed": 1, "error": 2, "cancelled": 1, "recovered": 1}
+    assert value(metrics, "keel_attempt_duration_seconds_sum", tool="job", outcome="completed") == 2
+    assert value(metrics, "keel_store_commit_seconds_count", op="create") == 5
+
+
+async def test_a_trace_context_is_kept_with_the_task_and_out_of_its_steps(
+    store: Store,
+) -> None:
+    """create(trace_context=…) keeps it in the same transaction; steps() leaves it out;
+    a repeat of the create keeps the first one."""
+    assert isinstance(store, TxStore)
+    carrier = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+    task = await store.create(name="job", idempotency_key="t", trace_context=carrier)
+    again = {"traceparent": "00-11111111111111111111111111111111-2222222222222222-01"}
+    await store.create(name="job", idempotency_key="t", trace_context=again)
+    assert await store.trace_contexts([task.task_id]) == {task.task_id: carrier}
+    assert await store.steps(task.task_id) == {}
+    plain = await store.create(name="job")
+    found = await store.trace_contexts([plain.task_id, task.task_id, "no-such-task"])
+    assert found == {task.task_id: carrier}
+    assert await store.trace_contexts([]) == {}
