@@ -261,6 +261,8 @@ async def test_the_token_cookie_is_strict_and_scoped_to_the_console(
     assert "Path=/ops" in cookie
     second = await client.get("/ops/")
     assert "set-cookie" not in second.headers
+    assert second.headers["x-frame-options"] == "DENY"  # no clickjacking of the buttons
+    assert second.headers["content-security-policy"] == "frame-ancestors 'none'"
 
 
 async def test_retry_makes_a_new_linked_task_of_a_dead_lettered_one(
@@ -345,3 +347,25 @@ async def test_bulk_cancel_needs_the_token_and_a_valid_filter(
     assert bad.status_code == 400
     assert "status 'done' is not a status" in Page(bad.text).all_text
     assert (await store.get(task.task_id)).status is Status.WORKING
+
+
+@pytest.mark.parametrize(
+    ("host", "code"),
+    [
+        ("127.0.0.1:8000", 200),
+        ("localhost:8001", 200),
+        ("[::1]:8000", 200),
+        ("127.0.0.1", 200),
+        ("rebound.example:8000", 421),
+        ("127.0.0.1.evil.example", 421),
+    ],
+)
+async def test_only_loopback_host_names_are_answered(
+    client: httpx.AsyncClient, host: str, code: int
+) -> None:
+    """DNS rebinding: a page of another site resolved to 127.0.0.1 gets nothing (421)."""
+    response = await client.get("/ops/", headers={"host": host})
+    assert response.status_code == code
+    if code == 421:
+        assert "loopback names only" in response.text
+        assert "set-cookie" not in response.headers

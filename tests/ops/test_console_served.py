@@ -142,10 +142,11 @@ def test_keel_serve_names_the_console_or_says_it_is_off(
     tmp_path: Path, host: str, line: str
 ) -> None:
     """keel serve's startup message: where the console is on loopback; off elsewhere."""
+    insecure = [] if host == "127.0.0.1" else ["--insecure-no-auth"]  # off loopback, no --auth
     result = CliRunner().invoke(
         cli,
         ["serve", "--app", "ops.apps.console_app:app", "--store", str(tmp_path / "k.db"),
-         "--host", host, "--port", "8765", "--check"],
+         "--host", host, "--port", "8765", "--check", *insecure],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert line in result.output.splitlines()

@@ -19,9 +19,12 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup, escape
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
+from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from keel.errors import InputRejected, InvalidPayload, KeelError, TaskNotFound
 from keel.model import Status, Task
@@ -43,6 +46,14 @@ PAGE = 50
 MOUNT = "/ops"
 """Where the console lives, in ``keel serve`` and in ``keel ops``."""
 _TEXT_FILTERS = {"name": "name", "principal": "owner", "text": "text"}
+_HEADERS = {
+    # No other site may frame the console (its buttons act) or read where it came from.
+    "Content-Security-Policy": "frame-ancestors 'none'",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "same-origin",
+    "X-Content-Type-Options": "nosniff",
+    "Cache-Control": "no-store",
+}
 _TIME_FILTERS = ("created_from", "created_to", "updated_from", "updated_to")
 _FILTERS = frozenset({"status", *_TEXT_FILTERS, *_TIME_FILTERS})
 
@@ -143,7 +154,7 @@ class Console:
             operator=self.actions.operator,
             **context,
         )
-        response = HTMLResponse(html, status_code=status_code)
+        response = HTMLResponse(html, status_code=status_code, headers=_HEADERS)
         if new:
             remember(response, request, token)
         return response
@@ -285,6 +296,29 @@ class Console:
         return self._back(request, task, "cancelled")
 
 
+_LOOPBACK_NAMES = re.compile(r"^(localhost|127(\.\d{1,3}){3}|\[::1\])(:\d+)?$", re.I)
+
+
+class LoopbackHostOnly:
+    """Refuse a request whose ``Host`` is not a loopback name (DNS rebinding: a page of
+    another site whose name was made to resolve to 127.0.0.1 would otherwise read the
+    console, its CSRF token included, as its own origin)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            host = Headers(scope=scope).get("host", "")
+            if not _LOOPBACK_NAMES.match(host):
+                refusal = PlainTextResponse(
+                    f"the operator console answers loopback names only, not {host!r}\n", 421
+                )
+                await refusal(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 def _nothing() -> None:
     pass
 
@@ -305,6 +339,7 @@ def ops_app(
         Actions(store, operator, on_ready or _nothing, on_cancel or (lambda _task_id: None))
     )
     return Starlette(
+        middleware=[Middleware(LoopbackHostOnly)],
         routes=[
             Route("/", console.tasks, methods=["GET"], name="tasks"),
             Route("/events", console.events, methods=["GET"], name="events"),
@@ -313,7 +348,7 @@ def ops_app(
             Route("/tasks/{task_id}/answer", console.answer, methods=["POST"], name="answer"),
             Route("/tasks/{task_id}/cancel", console.cancel, methods=["POST"], name="cancel"),
             Route("/tasks/{task_id}/retry", console.retry, methods=["POST"], name="retry"),
-        ]
+        ],
     )
 
 

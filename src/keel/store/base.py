@@ -489,10 +489,10 @@ class TxStore:
         return await self._write(Op(op, _named(task_id)), "cancel")
 
     async def rerun(self, task_id: str, *, actor: str = "operator") -> Task:
-        def op(tx: Tx) -> Task:
-            old = _require(tx, task_id)
+        def op(tx: Tx) -> Task:  # see keel.store.rerun
+            new_id, now, limits = new_task_id(), self._now(), self.limits
             return rerun_failed(
-                tx, old, new_id=new_task_id(), now=self._now(), actor=actor, limits=self.limits
+                tx, _require(tx, task_id), new_id=new_id, now=now, actor=actor, limits=limits
             )
 
         return await self._run(Op(op, _named(task_id)), write=True)
