@@ -52,6 +52,7 @@ from keel.mcp.access import HttpAccess, ServerAuth
 from keel.mcp.plain_tools import plain_tool_arguments
 from keel.mcp.server import TasksExtension, keel_lifespan
 from keel.mcp.state_key import request_state_security
+from keel.mcp.trace_polls import TracePolls
 from keel.mcp.version import keel_version
 from keel.runtime import Keel
 from keel.telemetry import Telemetry
@@ -133,6 +134,8 @@ def app_server(
     )
     # Plain tools added later refuse arguments they do not take (keel.mcp.plain_tools).
     server.middleware.append(plain_tool_arguments(server, app.tasks))
+    # Before the SDK's OpenTelemetry middleware: polls of a task join the task's trace.
+    server.middleware.insert(0, TracePolls(app))
     if telemetry is not None:
         from keel.telemetry.routes import add_routes
 
