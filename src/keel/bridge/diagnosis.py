@@ -162,7 +162,7 @@ def detect_onset(bridge: Bridge, incident: Mapping[str, Any], service: str) -> J
     pair = pair_of(bridge.incidents.all(), incident)
     if pair is None:
         return windows
-    windows["pair"] = {**pair, "onset_found": found, "onset": windows["onset"]}
+    windows["pair"] = {**pair, "onset_found": found}
     if pair["order"] == "second":
         probe = collect_evidence(bridge, windows, bridge.services())
         found_steps = steps(probe, _own_change)

@@ -14,9 +14,8 @@ own time:
   more apart, its windows are re-anchored at the later group (its own fault), and the
   changes of the earlier group (the other incident's) are cut; not re-anchored, a clear
   step ``SEPARATE`` minutes or more before a change that began at its onset is cut (a
-  change that fits no step may have begun at the onset: with one, when the other
-  incident was opened before this one's onset, the clear step ``SEPARATE`` minutes or
-  more before the onset is cut).
+  change that fits no step may have begun at the onset: with one, the clear step
+  ``SEPARATE`` minutes or more before the onset is cut).
 
 The earliest step of the first-opened one, and the change at the onset of the second,
 may be dated loosely (a fit of ``LOOSE``); what is cut must be dated clearly (``STEP``).
@@ -116,24 +115,14 @@ def attribute(impacts: Json, pair: Mapping[str, Any] | None) -> None:
     else:
         # not re-anchored: a clear step well before a change that began at the onset
         at_onset = [at for at in loose.values() if at > -SEPARATE]
-        if not at_onset and _undated(impacts) and _opened_before(pair):
-            # the other incident was open when this one's trouble began, and a change
-            # of this one fits no step: it may have begun at the onset
-            at_onset = [0]
+        if not at_onset and _undated(impacts):
+            at_onset = [0]  # an undated change (no step) may have begun at the onset
         if not at_onset:
             return
         other = {name for name, at in dated.items() if at <= min(at_onset) - SEPARATE}
     for name in other:
         impacts[name]["weight"] = round(impacts[name]["weight"] * ELSEWHERE, 4)
         impacts[name]["elsewhere"] = True
-
-
-def _opened_before(pair: Mapping[str, Any]) -> bool:
-    """Whether the other incident was opened before this one's onset (as detected,
-    before any re-anchoring)."""
-    if "onset" not in pair:
-        return False
-    return parse_time(pair["partner_opened"], "opened_at") < parse_time(pair["onset"], "onset")
 
 
 def _undated(impacts: Mapping[str, Any]) -> list[str]:
