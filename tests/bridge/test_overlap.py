@@ -90,19 +90,6 @@ def test_the_second_incident_not_re_anchored_cuts_a_clear_step_well_before_its_o
     assert alone["db"]["weight"] == 1.0
 
 
-def test_the_second_incident_not_re_anchored_cuts_a_clear_step_before_an_undated_change() -> None:
-    """Second-opened, not re-anchored: a change that fits no step may have begun at the
-    onset, so a clear step 2 minutes or more before the onset is the other incident's;
-    a clear step at the onset is kept, and so is the undated change."""
-    impacts = _suspects(db=(-7, 0.64), cache=(-7, 0.59), svc=(-1, 0.1))
-    attribute(impacts, {"order": "second"})
-    assert {n for n, s in impacts.items() if s.get("elsewhere")} == {"db", "cache"}
-    assert impacts["svc"]["weight"] == 1.0
-    impacts = _suspects(db=(-1, 0.9), svc=(-6, 0.1))
-    attribute(impacts, {"order": "second"})
-    assert not any(s.get("elsewhere") for s in impacts.values())
-
-
 def test_the_first_opened_incident_dates_its_earliest_change_loosely() -> None:
     """First-opened: a loosely dated change before a clear later one sets the earliest
     minute, so the clear later one is cut; a loosely dated later one is not."""

@@ -13,9 +13,7 @@ own time:
   when the steps of what its requests reach fall in two groups ``SEPARATE`` minutes or
   more apart, its windows are re-anchored at the later group (its own fault), and the
   changes of the earlier group (the other incident's) are cut; not re-anchored, a clear
-  step ``SEPARATE`` minutes or more before a change that began at its onset is cut (a
-  change that fits no step may have begun at the onset: with one, the clear step
-  ``SEPARATE`` minutes or more before the onset is cut).
+  step ``SEPARATE`` minutes or more before a change that began at its onset is cut.
 
 The earliest step of the first-opened one, and the change at the onset of the second,
 may be dated loosely (a fit of ``LOOSE``); what is cut must be dated clearly (``STEP``).
@@ -115,23 +113,12 @@ def attribute(impacts: Json, pair: Mapping[str, Any] | None) -> None:
     else:
         # not re-anchored: a clear step well before a change that began at the onset
         at_onset = [at for at in loose.values() if at > -SEPARATE]
-        if not at_onset and _undated(impacts):
-            at_onset = [0]  # an undated change (no step) may have begun at the onset
         if not at_onset:
             return
         other = {name for name, at in dated.items() if at <= min(at_onset) - SEPARATE}
     for name in other:
         impacts[name]["weight"] = round(impacts[name]["weight"] * ELSEWHERE, 4)
         impacts[name]["elsewhere"] = True
-
-
-def _undated(impacts: Mapping[str, Any]) -> list[str]:
-    """The suspects not cut whose change fits no step (``LOOSE``): when it began is unknown."""
-    return [
-        name
-        for name, suspect in impacts.items()
-        if suspect.get("own_onset", [0, 0.0])[1] < LOOSE and not suspect.get("elsewhere")
-    ]
 
 
 def _dated(impacts: Mapping[str, Any], fit: float) -> dict[str, int]:
