@@ -165,3 +165,17 @@ def test_cli_defaults_are_the_modules() -> None:
 
     assert cli_access.DEFAULT_MAX_SESSIONS == access.MAX_SESSIONS
     assert cli_access.DEFAULT_IDLE == access.SESSION_IDLE_TIMEOUT
+
+
+def test_auth_over_stdio_is_refused_not_ignored(tmp_path: Path) -> None:
+    """``--auth`` with ``--transport stdio``: over stdio there is no one to
+    authenticate, so the setting is refused in one ``keel: error:`` line, not silently
+    dropped; nothing is served and no store created."""
+    tokens = tmp_path / "tokens.json"
+    done = keel_serve(tmp_path, "--transport", "stdio", "--auth", f"tokens:{tokens}", "--check")
+    assert done.returncode == 1, done
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("keel: error: --auth tokens:")
+    assert "--transport http only" in lines[0]
+    assert not (tmp_path / "data" / "keel.db").exists()

@@ -31,6 +31,7 @@ __all__ = [
     "ServeAccess",
     "access_problem",
     "check_served",
+    "refuse_over_stdio",
     "serve_access",
 ]
 
@@ -176,6 +177,23 @@ def serve_access(host: str, port: int, options: dict[str, Any]) -> ServeAccess:
         warn(f"--insecure-no-auth: anyone who can reach {host}:{port} may call every tool")
     lines = [f"  auth:    {'none' if auth is None else auth.description}", *http.describe()]
     return ServeAccess(http, auth, lines)
+
+
+def refuse_over_stdio(options: dict[str, Any]) -> None:
+    """Take (pop) the access settings from ``keel serve --transport stdio``'s keyword
+    ``options``: over stdio the client that starts the process is the only one, so
+    there is nothing to authenticate; an ``--auth`` is refused, not silently ignored.
+
+    Raises:
+        KeelCliError: ``--auth`` names an authentication.
+    """
+    values = {key: options.pop(key) for key in ACCESS_KEYS if key in options}
+    auth = str(values.get("auth") or "none")
+    if auth != "none":
+        raise KeelCliError(
+            f"--auth {auth} applies to --transport http only: over stdio the client "
+            "that starts keel serve is its only client; drop --auth or serve over HTTP"
+        )
 
 
 def check_served(access: ServeAccess | None, server: MCPServer[Any], app: str) -> None:

@@ -44,6 +44,7 @@ from keel.cli.access import (
     ServeAccess,
     access_problem,
     check_served,
+    refuse_over_stdio,
     serve_access,
 )
 from keel.cli.common import (
@@ -379,6 +380,8 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
     location = _store_location(ctx, data_dir)
     if location.kind == "memory" and no_worker:
         raise KeelCliError("--no-worker with memory:// could never run a task")
+    if transport == "stdio":
+        refuse_over_stdio(app_options)
     access = serve_access(host, port, app_options) if transport == "http" else None
     settings = ServeSettings(
         store=location.url,
