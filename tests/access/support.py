@@ -17,17 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import anyio
 import httpx2
-import uvicorn
 from mcp.server import MCPServer
-from starlette.types import ASGIApp
 
 from keel.mcp.access import HttpAccess, ServerAuth
 from keel.mcp.serving import app_server
 from keel.runtime import Keel
 from keel.store import SqliteStore
-from tasks_extension.support import build_app
+from tasks_extension.support import build_app, serve_asgi
 
 __all__ = ["WAIT", "Raw", "build", "raw", "serve_asgi", "serve_guarded"]
 
@@ -55,40 +52,6 @@ async def serve_guarded(
     app = access.app(server, host=HOST, streamable_http_path="/mcp", json_response=True)
     async with serve_asgi(app, sock) as base:
         yield f"{base}/mcp"
-
-
-@asynccontextmanager
-async def serve_asgi(app: ASGIApp, sock: socket.socket | None = None) -> AsyncIterator[str]:
-    """Serve the ASGI ``app`` with uvicorn on ``sock`` (default: a new socket bound to
-    127.0.0.1); yield its base URL; stop it (lifespan included) when the block ends."""
-    if sock is None:
-        sock = socket.socket()
-        sock.bind((HOST, 0))
-    port = int(sock.getsockname()[1])
-    config = uvicorn.Config(app, log_config=None, log_level="warning", lifespan="on")
-    http = uvicorn.Server(config)
-    stopped = anyio.Event()
-
-    async def serve() -> None:
-        try:
-            await http.serve(sockets=[sock])
-        finally:
-            stopped.set()
-
-    try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(serve)
-            with anyio.fail_after(WAIT):
-                while not http.started:  # noqa: ASYNC110 - uvicorn offers no event for it
-                    await anyio.sleep(0.01)
-            try:
-                yield f"http://{HOST}:{port}"
-            finally:
-                http.should_exit = True
-                with anyio.CancelScope(shield=True), anyio.move_on_after(WAIT):
-                    await stopped.wait()
-    finally:
-        sock.close()
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import Context
 from mcp_types import Result
+from starlette.types import ASGIApp
 
 from keel.mcp.client import (
     CancelTask,
@@ -61,6 +62,7 @@ __all__ = [
     "meta",
     "poll",
     "post",
+    "serve_asgi",
     "serve_http",
     "update",
     "wait_for",
@@ -285,15 +287,24 @@ async def post(
 @asynccontextmanager
 async def serve_http(server: MCPServer[Any], *, json_response: bool = True) -> AsyncIterator[str]:
     """Serve ``server`` over Streamable HTTP on 127.0.0.1 (JSON responses unless
-    ``json_response=False``: SSE); yield its URL.
+    ``json_response=False``: SSE); yield its URL; stop it when the block exits."""
+    app = server.streamable_http_app(json_response=json_response, host="127.0.0.1")
+    async with serve_asgi(app) as base:
+        yield f"{base}/mcp"
+
+
+@asynccontextmanager
+async def serve_asgi(app: ASGIApp, sock: socket.socket | None = None) -> AsyncIterator[str]:
+    """Serve the ASGI ``app`` with uvicorn on ``sock`` (default: a new socket bound to
+    127.0.0.1); yield its base URL; stop it (lifespan included) when the block ends.
 
     The listening socket is bound before uvicorn starts, so the port is known and
-    nothing else can take it; the server is shut down when the block exits.
+    nothing else can take it.
     """
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
+    if sock is None:
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
     port = int(sock.getsockname()[1])
-    app = server.streamable_http_app(json_response=json_response, host="127.0.0.1")
     config = uvicorn.Config(app, log_config=None, log_level="warning", lifespan="on")
     http = uvicorn.Server(config)
     stopped = anyio.Event()
@@ -311,7 +322,7 @@ async def serve_http(server: MCPServer[Any], *, json_response: bool = True) -> A
                 while not http.started:  # noqa: ASYNC110 - uvicorn offers no event for it
                     await anyio.sleep(0.01)
             try:
-                yield f"http://127.0.0.1:{port}/mcp"
+                yield f"http://127.0.0.1:{port}"
             finally:
                 # A graceful stop (lifespan shutdown included) even when the test failed.
                 http.should_exit = True
