@@ -12,7 +12,8 @@
 // notification handler it installs) and wakes the execution's driver with them; it
 // offers `contributeTaskFilterV2` to build the listen filter, which the application
 // opens with the SDK's `client.listen()`. That is what the op does, and `RawTap` records
-// what really crossed the wire: each `notifications/tasks` received and each request sent.
+// what really crossed the wire: each `notifications/tasks` received and each request sent
+// (TAP_DEBUG=1 in the environment logs every frame to stderr).
 import { readFileSync } from "node:fs";
 import { createInterface } from "node:readline";
 import { Client, StreamableHTTPClientTransport } from "@modelcontextprotocol/client";
