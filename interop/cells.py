@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-OPS = ["plain", "task", "input", "decline", "cancel", "failed", "isError", "restart"]
+OPS = ["plain", "task", "input", "decline", "cancel", "failed", "isError", "restart", "push"]
 
 NOT_DECLARED = -32021  # a task_mode="required" tool called by a client without the extension
 BRIDGE_UNKNOWN = "INC-0000-0000"
@@ -28,6 +28,7 @@ class Expect:
     request: dict[str, Any]
     check: Check
     required_task: bool = False  # a client without the extension may get -32021
+    note: Callable[[dict[str, Any]], str] | None = None  # what a pass shows, if more
 
 
 def _describe(outcome: dict[str, Any]) -> str:
@@ -162,6 +163,58 @@ def restart_plan(started: str | None = "started") -> Expect:
     )
 
 
+TERMINAL = ("completed", "failed", "cancelled")
+
+
+def pushed_to_end(text: str) -> Check:
+    """The client listened to its task and was pushed it to the end: the ack confirmed
+    the task, every ``notifications/tasks`` carried the listen's subscription id, the last
+    one is terminal, the client sent no ``tasks/get`` for it, and its result is ``text``.
+    All of it from what crossed the client's own wire (``outcome["push"]``)."""
+
+    def check(outcome: dict[str, Any]) -> str | None:
+        push = outcome.get("push")
+        if push is None:
+            return f"got {_describe(outcome)}"
+        received, polls = push.get("received", []), push.get("polls", 0)
+        statuses = [frame.get("status") for frame in received]
+        ack, listen = push.get("ack") or {}, push.get("listenId")
+        reasons = []
+        if push.get("taskId") not in ack.get("taskIds", []):
+            reasons.append(f"the listen ack did not confirm the task (ack {ack or None})")
+        if any(f.get("subscriptionId") != listen for f in [ack, *received] if f):
+            reasons.append(f"a frame without subscriptionId {listen!r}")
+        if not statuses or statuses[-1] not in TERMINAL:
+            got = " → ".join(map(str, statuses)) or "none"
+            only = f"; it only polled ({polls} tasks/get)" if polls else ""
+            reasons.append(f"no terminal notifications/tasks (received: {got}){only}")
+        elif polls:
+            reasons.append(f"it polled too: {polls} tasks/get")
+        wrong = result_is(text)(push)
+        if wrong:
+            reasons.append(wrong)
+        return "; ".join(reasons) or None
+
+    return check
+
+
+def pushed_note(outcome: dict[str, Any]) -> str:
+    push = outcome["push"]
+    statuses = " → ".join(frame["status"] for frame in push["received"])
+    return f"{len(push['received'])} notifications/tasks: {statuses}; 0 tasks/get"
+
+
+def push_plan() -> Expect:
+    """``pushed`` (``interop_app.py``, ``pollIntervalMs`` 60000): start it, listen to it
+    (``subscriptions/listen`` with ``notifications.taskIds``), settle it from what is
+    pushed; the client's step timeout (30 s) is far below the poll interval."""
+    return Expect(
+        {"kind": "push", "tool": "pushed", "args": {"steps": 2, "seconds": 0.3}},
+        pushed_to_end("pushed done after 2 steps"),
+        note=pushed_note,
+    )
+
+
 def bridge_plan(data_dir: Path) -> dict[str, Expect]:
     """``keel serve`` (Incident Bridge) on its sample dataset, at a fast pace."""
     incidents = json.loads((data_dir / "bridge" / "incidents.json").read_text())
@@ -230,7 +283,7 @@ def judge(op: str, expect: Expect, outcome: dict[str, Any], row: str) -> str:
         return "pass (-32021: required task, no extension declared)"
     reason = expect.check(outcome)
     if reason is None:
-        return "pass"
+        return f"pass ({expect.note(outcome)})" if expect.note else "pass"
     known = OTHER_SIDE.get((row.split(" · ", 1)[0], op))
     if known and re.search(known[0], reason):
         return f"other side: {known[1]}"

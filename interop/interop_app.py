@@ -5,6 +5,10 @@ driver SIGKILLs the server while ``long_step`` runs and ``ask`` waits for input,
 starts it again on the same store: the waiting task keeps its question, and the running
 one is claimed again as soon as its one-second lease runs out (attempt 2), instead of the
 conformance app's five seconds or the Bridge's thirty.
+
+``pushed`` is the push cell's task: it tells its client to poll only once a minute
+(``pollIntervalMs`` 60000) and changes three times within a second, so a client that
+settles it in time, without a ``tasks/get``, followed Keel's ``notifications/tasks``.
 """
 
 from __future__ import annotations
@@ -37,3 +41,12 @@ async def ask(ctx: TaskContext) -> str:
     """Ask for a confirmation, then finish with the answer."""
     answer = await ctx.elicit("Go on?", CONFIRM, key="confirm")
     return f"ask answered confirm={answer.get('confirm')}"
+
+
+@app.task("pushed", poll_interval=60.0, max_attempts=1)
+async def pushed(ctx: TaskContext, steps: int = 2, seconds: float = 0.3) -> str:
+    """Report each of `steps` steps, `seconds` apart, then finish."""
+    for step in range(1, steps + 1):
+        await anyio.sleep(seconds)
+        await ctx.status(f"step {step} of {steps}")
+    return f"pushed done after {steps} steps"

@@ -40,6 +40,7 @@ from cells import (
     conformance_plan,
     fastmcp_plan,
     judge,
+    push_plan,
     restart_plan,
 )
 
@@ -55,6 +56,7 @@ class ClientKind:
     key: str
     label: str
     argv: tuple[str, ...]  # the plan file goes after the script, before any flag
+    push: bool = False  # runs the push cell (listen to a task, follow its notifications)
 
 
 def _script(interpreter: Path | str, script: str, *flags: str) -> tuple[str, ...]:
@@ -71,6 +73,7 @@ CLIENTS = [
         "ts-v2",
         "`@modelcontextprotocol/client` 2.4.0 + `ext-tasks` 0.2.2",
         _script(NODE, "ts_v2.mjs"),
+        push=True,
     ),
     ClientKind(
         "ts-sdk1",
@@ -299,20 +302,23 @@ class Matrix:
                 restart.tag, "interop_app:app", self.pidfile(restart.tag)
             )
         restart.store = self.store(restart.tag)
+        # The restart leg's server also serves the push cell (``interop_app.py``).
+        own = {"restart": restart.expect, **({"push": push_plan()} if kind.push else {})}
+        here = [dict(own["push"].request, id="push")] if kind.push else None
         judged = {row + app: plan for app, plan in plans.items()}
-        judged[row + "conformance"] = {**plans["conformance"], "restart": restart.expect}
+        judged[row + "conformance"] = {**plans["conformance"], **own}
         async with self.out_of_time(kind.label, judged), self.limit:
             started = time.monotonic()
             legs = [
                 (targets[app], [dict(op.request, id=f"{app}:{n}") for n, op in plan.items()])
                 for app, plan in plans.items()
             ]
-            outcomes = await restart.run(kind, legs, tag)
+            outcomes = await restart.run(kind, legs, tag, ops_here=here)
             self.seconds[tag] = time.monotonic() - started
             (self.work / f"outcomes-{tag}.json").write_text(json.dumps(outcomes, indent=1))
         for app, plan in plans.items():
             self.record(row + app, kind.label, plan, outcomes, leg=app)
-        self.record(row + "conformance", kind.label, {"restart": restart.expect}, outcomes)
+        self.record(row + "conformance", kind.label, own, outcomes)
 
     async def snapshot(self, store: str, task_id: str) -> dict[str, Any]:
         """A task as ``keel tasks show --json`` reads it from the store."""

@@ -19,6 +19,12 @@ one). The client prints ``{"event": "ready", "running": id, "waiting": id}`` onc
 tasks are where they must be, waits for a line on stdin (the driver has SIGKILLed and
 restarted the server meanwhile), reconnects, and reports ``{"running": outcome,
 "waiting": outcome}``.
+
+A push op (``ts_v2.mjs`` only, on a connection of its own) starts its tool as a task,
+listens to it (``subscriptions/listen`` with ``notifications.taskIds``), settles it, and
+reports ``{"push": {"taskId", "ack", "received", "listenId", "polls", "closed",
+"result" | "error"}}``: the listen ack and every ``notifications/tasks`` for the task as
+they came on the wire, and the ``tasks/get`` requests it sent for it.
 """
 
 from __future__ import annotations

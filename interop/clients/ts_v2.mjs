@@ -6,6 +6,14 @@
 // the V2 task wire shapes the SDK's codecs reject: `RawTap` below sends those requests on
 // the client's own transport and hands their responses back before the SDK sees them
 // (what the MCP Inspector does with its RawWireChannel).
+//
+// The `push` op: ext-tasks 0.2.2 does not open `subscriptions/listen` itself. Its session
+// takes `notifications/tasks` from the SDK client's notification path (the fallback
+// notification handler it installs) and wakes the execution's driver with them; it
+// offers `contributeTaskFilterV2` to build the listen filter, which the application
+// opens with the SDK's `client.listen()`. That is what the op does, and `RawTap` records
+// what really crossed the wire: each `notifications/tasks` received and each request sent
+// (TAP_DEBUG=1 in the environment logs every frame to stderr).
 import { readFileSync } from "node:fs";
 import { createInterface } from "node:readline";
 import { Client, StreamableHTTPClientTransport } from "@modelcontextprotocol/client";
@@ -14,6 +22,7 @@ import {
   createApplicationInputHandler,
   createTaskSessionFromClient,
 } from "@modelcontextprotocol/ext-tasks/client";
+import { contributeTaskFilterV2 } from "@modelcontextprotocol/ext-tasks/core/v2";
 
 const STEP_TIMEOUT_MS = 30000;
 const plan = JSON.parse(readFileSync(process.argv[2], "utf8"));
@@ -27,9 +36,31 @@ class RawTap {
     this.inner = inner;
     this.pending = new Map();
     this.next = 0;
+    this.received = [];  // every notifications/tasks: { taskId, status, subscriptionId }
+    this.sent = [];  // every request sent: { id, method, taskId }
+    this.acks = [];  // every listen ack: { subscriptionId, taskIds }
+  }
+  note(message) {
+    if (process.env.TAP_DEBUG) console.error("SEND", JSON.stringify(message));
+    if (message?.method && "id" in message) this.sent.push({ id: message.id, method: message.method, taskId: message.params?.taskId });
   }
   set onmessage(handler) {
     this.inner.onmessage = (message, extra) => {
+      if (process.env.TAP_DEBUG) console.error("RECV", JSON.stringify(message).slice(0, 400));
+      if (message?.method === "notifications/subscriptions/acknowledged") {
+        this.acks.push({
+          subscriptionId: message.params?._meta?.["io.modelcontextprotocol/subscriptionId"] ?? null,
+          taskIds: message.params?.notifications?.taskIds ?? [],
+        });
+      }
+      if (message?.method === "notifications/tasks") {
+        const params = message.params ?? {};
+        this.received.push({
+          taskId: params.taskId,
+          status: params.status,
+          subscriptionId: params._meta?.["io.modelcontextprotocol/subscriptionId"] ?? null,
+        });
+      }
       const waiter = this.pending.get(message?.id);
       if (waiter && ("result" in message || "error" in message)) {
         this.pending.delete(message.id);
@@ -45,7 +76,10 @@ class RawTap {
   setProtocolVersion(version) { this.inner.setProtocolVersion?.(version); }
   start() { return this.inner.start(); }
   close() { return this.inner.close(); }
-  send(message, options) { return this.inner.send(message, options); }
+  send(message, options) {
+    this.note(message);
+    return this.inner.send(message, options);
+  }
   dispatch = (request, options) => {
     const id = `raw-${++this.next}`;
     return new Promise((resolve, reject) => {
@@ -57,6 +91,7 @@ class RawTap {
       const timer = setTimeout(() => done(reject, new Error(`no answer to ${request.method}`)), STEP_TIMEOUT_MS);
       this.pending.set(id, (message) => done(resolve, message));
       options?.signal?.addEventListener("abort", () => done(reject, options.signal.reason), { once: true });
+      this.note({ ...request, id });
       this.inner.send({ jsonrpc: "2.0", ...request, id }).catch((exc) => done(reject, exc));
     });
   };
@@ -73,13 +108,13 @@ const answering = createApplicationInputHandler({
 // asked to settle): before a restart the question must stay open, so nobody answers.
 const holding = () => new Promise(() => {});
 
-async function connect(target, onInputRequest = answering) {
+async function connect(target, onInputRequest = answering, extraCapabilities = {}) {
   const inner = target.transport === "http"
     ? new StreamableHTTPClientTransport(new URL(target.url))
     : new StdioClientTransport({ command: target.command[0], args: target.command.slice(1), env: target.env, stderr: "ignore" });
   const tap = new RawTap(inner);
   const clientInfo = { name: "keel-interop-ts-v2", version: "1.0.0" };
-  const capabilities = { elicitation: { form: {} } };
+  const capabilities = { elicitation: { form: {} }, ...extraCapabilities };
   const client = new Client(clientInfo, { capabilities, versionNegotiation: { mode: "auto" } });
   await client.connect(tap);
   const session = createTaskSessionFromClient(client, {
@@ -88,7 +123,7 @@ async function connect(target, onInputRequest = answering) {
     rawDispatch: tap.dispatch,
     v2RequestFraming: { protocolVersion: "2026-07-28", clientInfo, clientCapabilities: capabilities },
   });
-  return { client, session };
+  return { client, session, tap };
 }
 
 function textOf(result) {
@@ -141,6 +176,55 @@ const ops = {
   },
 };
 
+// Its own connection, declaring the tasks extension on the SDK client too: the listen
+// request is the SDK's, and a listen naming task ids needs the extension declared on it.
+const TASKS_EXTENSION = { extensions: { "io.modelcontextprotocol/tasks": {} } };
+
+async function push(target, op) {
+  const { client, session, tap } = await connect(target, answering, TASKS_EXTENSION);
+  try {
+    return await follow(client, session, tap, op);
+  } finally {
+    await session.close().catch(() => {});
+    await client.close().catch(() => {});
+  }
+}
+
+// Start the task, listen to it, settle it; report what crossed the wire meanwhile.
+async function follow(client, session, tap, op) {
+  const before = tap.sent.length;
+  const execution = await session.callTool(op.tool, op.args ?? {});
+  if (execution.kind !== "task") return { na: "the server answered inline" };
+  const taskId = execution.handle.taskId;
+  const received = tap.received.length;
+  const acks = tap.acks.length;
+  const filter = contributeTaskFilterV2({}, [taskId]).notifications;
+  const subscription = await withTimeout(client.listen(filter));
+  let settled;
+  try {
+    settled = outcomeOf((await withTimeout(execution.settle())).outcome);
+  } catch (exc) {
+    settled = errorOf(exc);
+  }
+  // Keel ends a listen gracefully once every task it names has ended.
+  const closed = await Promise.race([subscription.closed, new Promise((r) => setTimeout(() => r("open"), 2000))]);
+  await subscription.close().catch(() => {});
+  const mine = (entry) => entry.taskId === taskId;
+  const sent = tap.sent.slice(before);
+  return {
+    push: {
+      taskId,
+      ack: tap.acks.slice(acks)[0] ?? null,  // as it came on the wire
+      sdkHonored: subscription.honoredFilter,  // as the SDK's McpSubscription reports it
+      received: tap.received.slice(received).filter(mine),
+      listenId: sent.find((s) => s.method === "subscriptions/listen")?.id ?? null,
+      polls: sent.filter((s) => mine(s) && s.method === "tasks/get").length,
+      closed,
+      ...settled,
+    },
+  };
+}
+
 async function restart(target, op) {
   answer = op.answer;
   const first = await connect(target, holding);
@@ -168,13 +252,15 @@ async function restart(target, op) {
   return outcomes;
 }
 
+const own = { push, restart };  // ops with a connection of their own
+
 async function main() {
   for (const leg of plan.legs) await runLeg(leg.target, leg.ops);
   process.exit(0);
 }
 
 async function runLeg(target, legOps) {
-  const connected = legOps.filter((op) => op.kind !== "restart");
+  const connected = legOps.filter((op) => !(op.kind in own));
   if (connected.length) {
     let conn;
     try {
@@ -196,10 +282,10 @@ async function runLeg(target, legOps) {
       await conn.client.close().catch(() => {});
     }
   }
-  for (const op of legOps.filter((o) => o.kind === "restart")) {
+  for (const op of legOps.filter((o) => o.kind in own)) {
     let outcome;
     try {
-      outcome = await restart(target, op);
+      outcome = await own[op.kind](target, op);
     } catch (exc) {
       outcome = errorOf(exc);
     }

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cells import NOT_DECLARED, OTHER_SIDE, conformance_plan, judge, restart_plan
+from cells import NOT_DECLARED, OTHER_SIDE, conformance_plan, judge, push_plan, restart_plan
 from run_matrix import write_doc
 
 PLAN = conformance_plan()
@@ -80,6 +80,53 @@ def test_a_restart_passes_only_if_the_store_saw_the_kill_hit_both_tasks() -> Non
     assert "waiting was completed at the kill" in judge(
         "restart", expect, {**ended, "store": early}, ROW
     )
+
+
+def pushed(**change: object) -> dict[str, object]:
+    """What ``ts_v2.mjs`` reports for a push cell that went right, with ``change``."""
+    frame = {"taskId": "t1", "subscriptionId": "listen:0"}
+    push = {
+        "taskId": "t1",
+        "ack": {"subscriptionId": "listen:0", "taskIds": ["t1"]},
+        "received": [{**frame, "status": "working"}, {**frame, "status": "completed"}],
+        "listenId": "listen:0",
+        "polls": 0,
+        "closed": "graceful",
+        **result("pushed done after 2 steps"),
+    }
+    return {"push": {**push, **change}}
+
+
+def test_a_push_passes_when_notifications_reached_the_terminal_state_without_polls() -> None:
+    """The pass names what was received, in order."""
+    cell = judge("push", push_plan(), pushed(), ROW)
+    assert cell == "pass (2 notifications/tasks: working → completed; 0 tasks/get)"
+
+
+def test_a_push_fails_when_the_client_only_polled() -> None:
+    """The same final result reached by tasks/get alone is a FAIL that says so."""
+    cell = judge("push", push_plan(), pushed(received=[], polls=7), ROW)
+    assert cell.startswith("FAIL: no terminal notifications/tasks (received: none)")
+    assert "it only polled (7 tasks/get)" in cell
+
+
+def test_a_push_fails_on_polls_a_missing_ack_or_a_foreign_subscription_id() -> None:
+    """Each part of what the client received is checked, not only the result."""
+    assert "it polled too: 2 tasks/get" in judge("push", push_plan(), pushed(polls=2), ROW)
+    unconfirmed = pushed(ack={"subscriptionId": "listen:0", "taskIds": []})
+    assert "the listen ack did not confirm the task" in judge("push", push_plan(), unconfirmed, ROW)
+    stray = {"taskId": "t1", "subscriptionId": "other", "status": "completed"}
+    assert "a frame without subscriptionId 'listen:0'" in judge(
+        "push", push_plan(), pushed(received=[stray]), ROW
+    )
+    cut = pushed(received=[{"taskId": "t1", "subscriptionId": "listen:0", "status": "working"}])
+    assert "received: working" in judge("push", push_plan(), cut, ROW)
+
+
+def test_a_push_the_client_could_not_run_is_a_fail_naming_its_error() -> None:
+    """A client error (a timed-out settle, no push outcome at all) stays a FAIL."""
+    cell = judge("push", push_plan(), {"error": {"code": None, "message": "timed out"}}, ROW)
+    assert cell == "FAIL: got error 'timed out'"
 
 
 def test_write_doc_replaces_only_its_block(tmp_path: Path) -> None:
