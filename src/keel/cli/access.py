@@ -28,9 +28,11 @@ if TYPE_CHECKING:
 __all__ = [
     "ACCESS_KEYS",
     "ACCESS_OPTIONS",
+    "AUTH_OPTIONS",
     "ServeAccess",
     "access_problem",
     "check_served",
+    "console_auth",
     "serve_access",
 ]
 
@@ -113,6 +115,9 @@ ACCESS_OPTIONS: list[Callable[[Any], Any]] = [
     ),
 ]
 
+AUTH_OPTIONS = [ACCESS_OPTIONS[0], *ACCESS_OPTIONS[-3:]]
+"""``--auth`` and the ``--jwt-*`` options alone: what ``keel ops`` takes (the console)."""
+
 _STRINGS = frozenset({"auth", "jwt_issuer", "jwt_audience", "jwt_jwks_url"})
 _LISTS = frozenset({"allowed_hosts", "allowed_origins"})
 
@@ -190,6 +195,17 @@ def check_served(access: ServeAccess | None, server: MCPServer[Any], app: str) -
             f"--app {app} built its server without ServeSettings.server_for, so --auth "
             "cannot apply to it; build it with settings.server_for(app, name)"
         )
+
+
+def console_auth(host: str, port: int, options: dict[str, Any]) -> ServerAuth | None:
+    """The authentication ``keel ops --auth`` names (None for ``none``), from its keyword
+    ``options`` (``auth`` and the ``jwt_*`` ones): the same verifiers as ``keel serve``.
+
+    Raises:
+        click.BadParameter: an ``--auth`` that is none of its forms.
+        KeelError: the token file or the JWT settings cannot be used.
+    """
+    return _auth(str(options.get("auth") or "none"), host, port, options)
 
 
 def _auth(spec: str, host: str, port: int, values: dict[str, Any]) -> ServerAuth | None:
