@@ -310,6 +310,34 @@ class Console:
             return await self.task(request, error=str(exc), status_code=409)
         return self._back(request, task, "cancelled")
 
+    async def reclaim(self, request: Request) -> Response:
+        """Fail the live tasks idle for more than ``older_than`` seconds (store.reclaim)."""
+        fields, refused = await self._posted(request)
+        if refused is not None:
+            return refused
+        page = partial(self.render, request, "maintenance.html", title="Reclaim stale tasks")
+        raw = fields.get("older_than", "")
+        try:
+            older_than = float(raw)
+            done = await self.acting(request).reclaim(older_than)
+        except ValueError:
+            return page(400, error=f"idle time must be a number of seconds, not {raw!r}")
+        except InvalidPayload as exc:
+            return page(400, error=str(exc))
+        outcome = f"Reclaimed {len(done)} task{'' if len(done) == 1 else 's'}"
+        return page(outcome=f"{outcome} idle for more than {older_than:g} s.", reclaimed=done)
+
+    async def purge(self, request: Request) -> Response:
+        """Delete the finished tasks whose TTL has run out (store.purge)."""
+        _, refused = await self._posted(request)
+        if refused is not None:
+            return refused
+        ids = await self.acting(request).purge()
+        outcome = f"Purged {len(ids)} expired task{'' if len(ids) == 1 else 's'}."
+        return self.render(
+            request, "maintenance.html", title="Purge expired tasks", outcome=outcome, purged=ids
+        )
+
     def signin_form(
         self, request: Request, error: str | None = None, status_code: int = 401
     ) -> Response:
@@ -408,6 +436,8 @@ def ops_app(
             Route("/", console.tasks, methods=["GET"], name="tasks"),
             Route("/events", console.events, methods=["GET"], name="events"),
             Route("/bulk-cancel", console.bulk_cancel, methods=["POST"], name="bulk_cancel"),
+            Route("/reclaim", console.reclaim, methods=["POST"], name="reclaim"),
+            Route("/purge", console.purge, methods=["POST"], name="purge"),
             Route("/tasks/{task_id}", console.task, methods=["GET"], name="task"),
             Route("/tasks/{task_id}/answer", console.answer, methods=["POST"], name="answer"),
             Route("/tasks/{task_id}/cancel", console.cancel, methods=["POST"], name="cancel"),
