@@ -131,7 +131,8 @@ def watch(
         with Live(console=Console(), auto_refresh=False) as live:
 
             def redraw(_fresh: list[Task]) -> None:
-                live.update(Text.from_ansi(watched.table()), refresh=True)
+                shown = Text.from_ansi(watched.table(), no_wrap=True, overflow="ellipsis")
+                live.update(shown, refresh=True)
 
             await _follow(watched, count, redraw)
 
