@@ -104,6 +104,7 @@ FORCED: dict[tuple[str, ...], tuple[str, ...]] = {
     ("serve",): ("--check",),  # prepares everything, prints the settings, exits
     ("demo",): ("--store-only",),  # otherwise it starts a real keel serve
     ("ops",): ("--check",),  # opens the store, prints where it would listen, exits
+    ("tasks", "watch"): ("--count", "0"),  # prints the current tasks, then stops
 }
 """Arguments appended to a command's hostile ones. ``keel worker`` needs none: its
 ``--app`` is required, and no hostile value names a real app."""

@@ -4,7 +4,8 @@ a real ``keel serve`` (its workers run the tasks) on a loopback port.
 An operator opens /ops (a task created meanwhile appears on it live), finds the task
 waiting for input by its link, answers it through the form generated from its schema
 and sees it complete live (server-sent events, no reload); then cancels a running task.
-A dead-lettered task is retried with Retry and the new task completes. Each page is
+A dead-lettered task is retried with Retry and the new task completes. Behind
+``--auth`` a wrong token is refused at the sign-in form and the right one accepted. Each page is
 screenshotted (into ``$KEEL_OPS_SCREENSHOTS`` too when it is set: that is
 how ``docs/ops-*.png`` are made).
 """
@@ -21,6 +22,8 @@ import pytest
 from playwright.async_api import Browser, Page, async_playwright, expect
 
 from keel import Status
+from keel.mcp.tokens import TokenFile
+from keel.ops.signin import SESSION
 from keel.store import SqliteStore
 
 from .servers import base_of, serving, until
@@ -185,5 +188,42 @@ async def test_an_operator_retries_a_dead_lettered_task_and_bulk_cancels(
             await expect(page.locator("#outcome")).to_have_text("Cancelled 3 tasks.")
             for one in waiting:
                 assert (await store.get(one.task_id)).status is Status.CANCELLED
+        finally:
+            await store.close()
+
+
+async def test_an_operator_signs_in_with_a_token_and_acts_as_its_name(
+    tmp_path: Path, browser: Browser
+) -> None:
+    """keel serve --auth tokens:FILE: /ops shows the sign-in form; a wrong token is
+    refused, the right one opens the list (kept in the session cookie), and a cancel is
+    recorded under the token's name."""
+    db, tokens = tmp_path / "keel.db", tmp_path / "tokens.json"
+    alice = TokenFile(tokens).add("alice")
+    async with serving("serve", db, tmp_path, "--auth", f"tokens:{tokens}") as server:
+        store = SqliteStore(db)
+        try:
+            task = await store.create(name="approve", arguments={"change": "signed"})
+            page = await browser.new_page(viewport={"width": 1280, "height": 800})
+            page.set_default_timeout(STEP)
+            response = await page.goto(f"{base_of(server)}/ops/")
+            assert response is not None
+            assert response.status == 401
+            await expect(page.get_by_role("link", name=task.task_id)).to_have_count(0)
+            await page.get_by_label("Token").fill("keel_not-a-token")
+            await page.get_by_role("button", name="Sign in").click()
+            await expect(page.get_by_role("alert")).to_contain_text("not accepted")
+            await _shot(page, tmp_path, "signin")
+            await page.get_by_label("Token").fill(alice)
+            await page.get_by_role("button", name="Sign in").click()
+            await expect(page.locator("header .who")).to_have_text("acting as alice")
+            cookies = {c["name"]: c for c in await page.context.cookies()}
+            assert cookies[SESSION]["httpOnly"]
+            assert cookies[SESSION]["sameSite"] == "Strict"
+            await page.get_by_role("link", name=task.task_id).click()
+            await page.get_by_role("button", name="Cancel").click()
+            await expect(page.locator("#status")).to_have_text("cancelled")
+            last = (await store.history(task.task_id))[-1]
+            assert (last.actor, last.to_status) == ("alice", Status.CANCELLED)
         finally:
             await store.close()

@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 from keel import Status
 from keel.cli.app import cli
+from keel.mcp.tokens import TokenFile
 from keel.store import SqliteStore
 
 from .page import Page
@@ -74,7 +75,7 @@ def test_keel_ops_refuses_to_listen_off_loopback(tmp_path: Path, host: str) -> N
     assert result.exit_code == 1
     assert result.output.count("\n") == 1
     assert result.output.startswith("keel: error: the operator console listens on loopback only")
-    assert f"not {host}" in result.output
+    assert f"not {host}, without --auth" in result.output
     assert not (tmp_path / "k.db").exists()
 
 
@@ -135,7 +136,7 @@ async def _data(lines: AsyncIterator[str]) -> str:
     ("host", "line"),
     [
         ("127.0.0.1", "  console: http://127.0.0.1:8765/ops/"),
-        ("0.0.0.0", "  console: off (0.0.0.0 is not loopback; the console has no sign-in yet)"),
+        ("0.0.0.0", "  console: off (0.0.0.0 is not loopback, and no --auth is set)"),
     ],
 )
 def test_keel_serve_names_the_console_or_says_it_is_off(
@@ -150,3 +151,43 @@ def test_keel_serve_names_the_console_or_says_it_is_off(
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert line in result.output.splitlines()
+
+
+def test_with_auth_keel_ops_and_keel_serve_serve_the_console_off_loopback(tmp_path: Path) -> None:
+    """``--auth tokens:FILE``: keel ops starts on 0.0.0.0 and names its auth; keel serve
+    mounts the console there, behind the token."""
+    tokens = tmp_path / "tokens.json"
+    TokenFile(tokens).add("alice")
+    auth = ["--auth", f"tokens:{tokens}", "--host", "0.0.0.0", "--port", "8765", "--check"]
+    db = str(tmp_path / "k.db")
+    ops = CliRunner().invoke(cli, ["ops", "--store", db, *auth])
+    assert ops.exit_code == 0, ops.output
+    assert f"  auth:  bearer tokens of {tokens}" in ops.output.splitlines()
+    served = CliRunner().invoke(
+        cli, ["serve", "--app", "ops.apps.console_app:app", "--store", db, *auth]
+    )
+    assert served.exit_code == 0, served.output
+    assert "  console: http://0.0.0.0:8765/ops/ (sign in with a token)" in served.output
+
+
+async def test_keel_serve_with_auth_refuses_the_console_without_the_token(
+    tmp_path: Path,
+) -> None:
+    """keel serve --auth tokens:FILE: /ops is 401 without a token; with it, a cancel is
+    recorded under the token's name."""
+    db, tokens = tmp_path / "keel.db", tmp_path / "tokens.json"
+    alice = TokenFile(tokens).add("alice")
+    async with serving("serve", db, tmp_path, "--auth", f"tokens:{tokens}") as server:
+        store = SqliteStore(db)
+        try:
+            task = await store.create(name="approve", arguments={"change": "x"})
+            async with httpx.AsyncClient(base_url=base_of(server)) as http:
+                assert (await http.get("/ops/")).status_code == 401
+                http.headers["Authorization"] = f"Bearer {alice}"
+                page = Page((await http.get(f"/ops/tasks/{task.task_id}")).text)
+                form = page.form_with("Cancel")
+                assert (await http.post(form.action, data=form.fields)).status_code == 303
+            last = (await store.history(task.task_id))[-1]
+            assert (last.actor, last.to_status) == ("alice", Status.CANCELLED)
+        finally:
+            await store.close()

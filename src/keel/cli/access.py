@@ -28,9 +28,11 @@ if TYPE_CHECKING:
 __all__ = [
     "ACCESS_KEYS",
     "ACCESS_OPTIONS",
+    "AUTH_OPTIONS",
     "ServeAccess",
     "access_problem",
     "check_served",
+    "console_auth",
     "refuse_over_stdio",
     "serve_access",
 ]
@@ -46,7 +48,7 @@ ACCESS_KEYS = frozenset(
 DEFAULT_MAX_SESSIONS = 1_000  # keel.mcp.access.MAX_SESSIONS (not imported: keel --help stays fast)
 DEFAULT_IDLE = 300.0  # seconds: keel.mcp.access.SESSION_IDLE_TIMEOUT
 
-ACCESS_OPTIONS: list[Callable[[Any], Any]] = [
+AUTH_OPTIONS: list[Callable[[Any], Any]] = [
     click.option(
         "--auth",
         default="none",
@@ -56,6 +58,26 @@ ACCESS_OPTIONS: list[Callable[[Any], Any]] = [
         help="Require bearer tokens over HTTP: those of a token file (keel auth add-token), "
         "or JWTs of an OAuth 2.1 authorization server (--jwt-*).",
     ),
+    click.option(
+        "--jwt-issuer", envvar="KEEL_JWT_ISSUER", metavar="URL", help="--auth jwt: the `iss`."
+    ),
+    click.option(
+        "--jwt-audience",
+        envvar="KEEL_JWT_AUDIENCE",
+        metavar="AUD",
+        help="--auth jwt: the `aud` tokens must name (this server's resource URL, usually).",
+    ),
+    click.option(
+        "--jwt-jwks-url",
+        envvar="KEEL_JWT_JWKS_URL",
+        metavar="URL",
+        help="--auth jwt: where the issuer publishes its signing keys (JWKS).",
+    ),
+]
+"""``--auth`` and the ``--jwt-*`` options alone: what ``keel ops`` takes (the console)."""
+
+ACCESS_OPTIONS: list[Callable[[Any], Any]] = [
+    AUTH_OPTIONS[0],  # --auth
     click.option(
         "--insecure-no-auth",
         is_flag=True,
@@ -97,21 +119,7 @@ ACCESS_OPTIONS: list[Callable[[Any], Any]] = [
         metavar="SECONDS",
         help="A 2025-11-25 session with no request for this long is closed.",
     ),
-    click.option(
-        "--jwt-issuer", envvar="KEEL_JWT_ISSUER", metavar="URL", help="--auth jwt: the `iss`."
-    ),
-    click.option(
-        "--jwt-audience",
-        envvar="KEEL_JWT_AUDIENCE",
-        metavar="AUD",
-        help="--auth jwt: the `aud` tokens must name (this server's resource URL, usually).",
-    ),
-    click.option(
-        "--jwt-jwks-url",
-        envvar="KEEL_JWT_JWKS_URL",
-        metavar="URL",
-        help="--auth jwt: where the issuer publishes its signing keys (JWKS).",
-    ),
+    *AUTH_OPTIONS[1:],  # --jwt-*
 ]
 
 _STRINGS = frozenset({"auth", "jwt_issuer", "jwt_audience", "jwt_jwks_url"})
@@ -208,6 +216,17 @@ def check_served(access: ServeAccess | None, server: MCPServer[Any], app: str) -
             f"--app {app} built its server without ServeSettings.server_for, so --auth "
             "cannot apply to it; build it with settings.server_for(app, name)"
         )
+
+
+def console_auth(host: str, port: int, options: dict[str, Any]) -> ServerAuth | None:
+    """The authentication ``keel ops --auth`` names (None for ``none``), from its keyword
+    ``options`` (``auth`` and the ``jwt_*`` ones): the same verifiers as ``keel serve``.
+
+    Raises:
+        click.BadParameter: an ``--auth`` that is none of its forms.
+        KeelError: the token file or the JWT settings cannot be used.
+    """
+    return _auth(str(options.get("auth") or "none"), host, port, options)
 
 
 def _auth(spec: str, host: str, port: int, values: dict[str, Any]) -> ServerAuth | None:

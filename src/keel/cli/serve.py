@@ -398,7 +398,7 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
     telemetry.attach(served.app.store)  # counts and logs what it commits; /readyz reads it
     endpoint = _endpoint(transport, host, port, check=check)
     config = ctx.meta.get("keel.config_path")
-    console, mounts = _console(served, host, port) if transport == "http" else (None, {})
+    console, mounts = _console(served, host, port, access) if transport == "http" else (None, {})
     for line in [
         f"keel serve: {served.title} at {endpoint}",
         f"  store:   {location.describe()}; calls wait {store_timeout:g} s at most",
@@ -467,17 +467,26 @@ def _endpoint(transport: str, host: str, port: int, *, check: bool) -> str:
     return f"http://{host}:{port}/mcp"
 
 
-def _console(served: Served, host: str, port: int) -> tuple[str, dict[str, Any]]:
-    """The operator console mounted beside /mcp on loopback (keel.ops), and how the
-    startup message names it; off loopback it is left out (it has no sign-in yet)."""
+def _console(
+    served: Served, host: str, port: int, access: ServeAccess | None
+) -> tuple[str, dict[str, Any]]:
+    """The operator console mounted beside /mcp (keel.ops), and how the startup message
+    names it: behind ``--auth`` when it is set (any host); without it, on loopback only."""
     from keel.mcp.access import is_loopback
     from keel.ops import MOUNT, ops_app
 
-    if not is_loopback(host):
-        return f"off ({host} is not loopback; the console has no sign-in yet)", {}
+    auth = None if access is None else access.auth
+    if auth is None and not is_loopback(host):
+        return f"off ({host} is not loopback, and no --auth is set)", {}
     app = served.app
-    console = ops_app(app.store, on_ready=app.events.ready, on_cancel=app.events.cancelled)
-    return f"http://{host}:{port if port else '<port>'}{MOUNT}/", {MOUNT: console}
+    console = ops_app(
+        app.store,
+        on_ready=app.events.ready,
+        on_cancel=app.events.cancelled,
+        auth=None if auth is None else auth.verifier,
+    )
+    signin = "" if auth is None else " (sign in with a token)"
+    return f"http://{host}:{port if port else '<port>'}{MOUNT}/{signin}", {MOUNT: console}
 
 
 def _build(

@@ -30,6 +30,7 @@ from keel.cli.render import (
     task_to_json,
     terminal_width,
 )
+from keel.cli.watch import watch
 from keel.errors import InvalidPayload
 from keel.model import DEFAULT_INPUT_KEY, Event, JsonValue, Reclaimed, Status, Task
 from keel.model.validation import check_answer_keys, check_depth, loads_bounded
@@ -83,6 +84,26 @@ def tasks() -> None:
     Every command takes --store URL (or $KEEL_STORE; default keel-data/keel.db under the
     current directory), the same store `keel serve` uses.
     """
+
+
+tasks.add_command(watch)
+
+
+@tasks.command("retry", short_help="Retry a failed task as a new one; prints the new id.")
+@store_option
+@click.argument("task_id", metavar="ID")
+@click.pass_context
+def retry(ctx: click.Context, task_id: str) -> None:
+    """Retry the failed task ID as a new task (new id, same name, arguments, principal,
+    attempts and TTL; its recorded steps copied, both histories linked). ID stays
+    failed. Prints the new id."""
+
+    async def op(store: Store) -> Task:
+        return await store.rerun(task_id, actor=ACTOR)
+
+    new = run_with_store(ctx, op)
+    click.echo(new.task_id)
+    click.echo(f"keel tasks retry: task {task_id} retried as {new.task_id}", err=True)
 
 
 @tasks.command("list", short_help="List tasks, newest first: id, status, name, message, …")

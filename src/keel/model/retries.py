@@ -126,7 +126,9 @@ def _end_attempt(
     )
 
 
-def reclaim(task: Task, now: float, *, timeout_seconds: float) -> tuple[Change, Reclaimed]:
+def reclaim(
+    task: Task, now: float, *, timeout_seconds: float, actor: str = "reclaim"
+) -> tuple[Change, Reclaimed]:
     """A non-terminal task idle longer than the timeout becomes ``failed`` (the seed's exercise).
 
     Raises:
@@ -143,7 +145,7 @@ def reclaim(task: Task, now: float, *, timeout_seconds: float) -> tuple[Change, 
         task,
         now,
         reason,
-        "reclaim",
+        actor,
         status=F,
         status_message=failure_message({"message": reason}),
         error={"code": INTERNAL_ERROR, "message": reason},

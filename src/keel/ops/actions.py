@@ -8,16 +8,18 @@ requested with, and refuses all of them if one is wrong.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from keel.model import JsonValue, Status, Task
+from keel.model import JsonValue, Reclaimed, Status, Task
 from keel.model.validation import check_answer_keys
 from keel.store import Store
 
 __all__ = ["CANCEL_REASON", "Actions"]
 
 CANCEL_REASON = "from the operator console"
+log = logging.getLogger("keel.ops")
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,3 +69,22 @@ class Actions:
         task = await self.store.cancel(task_id, reason=reason or CANCEL_REASON, actor=self.operator)
         self.on_cancel(task_id)
         return task
+
+    async def reclaim(self, older_than: float) -> Sequence[Reclaimed]:
+        """Fail every live task idle for more than ``older_than`` seconds, each recorded
+        in its history as the operator's.
+
+        Raises:
+            InvalidPayload: a negative or non-finite time.
+        """
+        done = await self.store.reclaim(older_than, actor=self.operator)
+        for item in done:
+            self.on_cancel(item.task_id)  # a worker of this process holding it stops
+        return done
+
+    async def purge(self, limit: int = 1000) -> Sequence[str]:
+        """Delete finished tasks whose TTL has run out (their history goes with them, so
+        who purged them is logged, ``keel.ops``, not recorded in it)."""
+        ids = await self.store.purge(limit=limit)
+        log.info("%s purged %d expired tasks from the operator console", self.operator, len(ids))
+        return ids

@@ -8,13 +8,14 @@ link is relative to where the app is mounted (``keel serve`` mounts it at ``/ops
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
 from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup, escape
@@ -26,6 +27,9 @@ from starlette.responses import HTMLResponse, PlainTextResponse, RedirectRespons
 from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+if TYPE_CHECKING:
+    from mcp.server.auth.provider import TokenVerifier
+
 from keel.errors import InputRejected, InvalidPayload, KeelError, TaskNotFound
 from keel.model import Status, Task
 from keel.ops.actions import Actions
@@ -34,6 +38,7 @@ from keel.ops.counts import CachedCounts
 from keel.ops.csrf import FIELD, check, remember, token_for
 from keel.ops.forms import fields_of, value_of
 from keel.ops.live import events
+from keel.ops.signin import OPERATOR, RequireOperator, keep_session
 from keel.store import Store
 from keel.store.browse import TaskFilter
 
@@ -138,20 +143,30 @@ def _limit(raw: str | None) -> int:
 class Console:
     """The pages and actions over one store."""
 
-    def __init__(self, actions: Actions) -> None:
+    def __init__(self, actions: Actions, verifier: TokenVerifier | None = None) -> None:
         self.actions = actions
         self.store: Store = actions.store
         self.counts = CachedCounts(self.store)
+        self.verifier = verifier
+
+    def acting(self, request: Request) -> Actions:
+        """The actions, made as the request's operator (its token's principal, if signed in)."""
+        operator = request.scope.get(OPERATOR)
+        if operator is None:
+            return self.actions
+        return dataclasses.replace(self.actions, operator=operator)
 
     def render(
         self, request: Request, template: str, status_code: int = 200, **context: Any
     ) -> HTMLResponse:
         token, new = token_for(request)
+        signed_out = self.verifier is not None and OPERATOR not in request.scope
         html = _ENV.get_template(template).render(
             base=request.scope.get("root_path", ""),
             csrf_field=FIELD,
             csrf_token=token,
-            operator=self.actions.operator,
+            operator=None if signed_out else self.acting(request).operator,
+            signed_in=OPERATOR in request.scope,
             **context,
         )
         response = HTMLResponse(html, status_code=status_code, headers=_HEADERS)
@@ -241,7 +256,7 @@ class Console:
             waiting = await self.store.get(task_id)
             asked = waiting.input_requests.get(key)
             schema = {} if asked is None else asked.schema
-            task = await self.actions.answer(task_id, key, value_of(schema, fields))
+            task = await self.acting(request).answer(task_id, key, value_of(schema, fields))
         except TaskNotFound:
             return self.render(request, "missing.html", 404, task_id=task_id)
         except InputRejected as exc:
@@ -258,7 +273,7 @@ class Console:
             return refused
         task_id = request.path_params["task_id"]
         try:
-            task = await self.actions.retry(task_id)
+            task = await self.acting(request).retry(task_id)
         except TaskNotFound:
             return self.render(request, "missing.html", 404, task_id=task_id)
         except KeelError as exc:  # it did not fail
@@ -279,7 +294,7 @@ class Console:
         confirmed = fields.get("confirm")
         if confirmed != str(len(ids)):  # a dry run, or the count changed since
             return page(count=len(ids), changed=confirmed)
-        cancelled, finished = await cancel_all(self.actions, ids)
+        cancelled, finished = await cancel_all(self.acting(request), ids)
         return page(count=len(ids), cancelled=cancelled, finished=finished)
 
     async def cancel(self, request: Request) -> Response:
@@ -288,12 +303,76 @@ class Console:
             return refused
         task_id = request.path_params["task_id"]
         try:
-            task = await self.actions.cancel(task_id, fields.get("reason") or None)
+            task = await self.acting(request).cancel(task_id, fields.get("reason") or None)
         except TaskNotFound:
             return self.render(request, "missing.html", 404, task_id=task_id)
         except KeelError as exc:  # it completed or failed first
             return await self.task(request, error=str(exc), status_code=409)
         return self._back(request, task, "cancelled")
+
+    async def reclaim(self, request: Request) -> Response:
+        """Fail the live tasks idle for more than ``older_than`` seconds (store.reclaim)."""
+        fields, refused = await self._posted(request)
+        if refused is not None:
+            return refused
+        page = partial(self.render, request, "maintenance.html", title="Reclaim stale tasks")
+        raw = fields.get("older_than", "")
+        try:
+            older_than = float(raw)
+            done = await self.acting(request).reclaim(older_than)
+        except ValueError:
+            return page(400, error=f"idle time must be a number of seconds, not {raw!r}")
+        except InvalidPayload as exc:
+            return page(400, error=str(exc))
+        outcome = f"Reclaimed {len(done)} task{'' if len(done) == 1 else 's'}"
+        return page(outcome=f"{outcome} idle for more than {older_than:g} s.", reclaimed=done)
+
+    async def purge(self, request: Request) -> Response:
+        """Delete the finished tasks whose TTL has run out (store.purge)."""
+        _, refused = await self._posted(request)
+        if refused is not None:
+            return refused
+        ids = await self.acting(request).purge()
+        outcome = f"Purged {len(ids)} expired task{'' if len(ids) == 1 else 's'}."
+        return self.render(
+            request, "maintenance.html", title="Purge expired tasks", outcome=outcome, purged=ids
+        )
+
+    def signin_form(
+        self, request: Request, error: str | None = None, status_code: int = 401
+    ) -> Response:
+        """The sign-in form: HTTP 401 (no valid token yet), or 200 when asked for."""
+        response = self.render(request, "signin.html", status_code, error=error)
+        response.headers["WWW-Authenticate"] = 'Bearer realm="keel operator console"'
+        return response
+
+    async def signin(self, request: Request) -> Response:
+        """``GET``: the form; ``POST``: check the token, keep it in the session cookie."""
+        home = f"{request.scope.get('root_path', '')}/"
+        if self.verifier is None:  # no sign-in on a console without --auth
+            return RedirectResponse(home, status_code=303)
+        if request.method == "GET":
+            return self.signin_form(request, status_code=200)
+        fields, refused = await self._posted(request)
+        if refused is not None:
+            return refused
+        token = fields.get("token", "").strip()
+        access = await self.verifier.verify_token(token) if token else None
+        if access is None:
+            return self.signin_form(request, "that token is not accepted (wrong or revoked)")
+        response = RedirectResponse(home, status_code=303)
+        keep_session(response, request, token)
+        return response
+
+    async def signout(self, request: Request) -> Response:
+        """Forget the session cookie; back to the sign-in form."""
+        _, refused = await self._posted(request)
+        if refused is not None:
+            return refused
+        url = f"{request.scope.get('root_path', '')}/signin"
+        response = RedirectResponse(url, status_code=303)
+        keep_session(response, request, None)
+        return response
 
 
 _LOOPBACK_NAMES = re.compile(r"^(localhost|127(\.\d{1,3}){3}|\[::1\])(:\d+)?$", re.I)
@@ -329,21 +408,36 @@ def ops_app(
     operator: str = LOCAL_OPERATOR,
     on_ready: Callable[[], None] | None = None,
     on_cancel: Callable[[str], None] | None = None,
+    auth: TokenVerifier | None = None,
 ) -> Starlette:
     """The console over ``store``; its actions are recorded as made by ``operator``.
 
     ``on_ready`` / ``on_cancel`` wake this process's workers after an answer or a cancel
     (``keel serve`` passes its app's event hub); the store tells other processes.
+
+    With ``auth`` (the verifier of ``--auth``, :mod:`keel.ops.signin`), every page needs a
+    token it accepts, and actions are recorded as made by the token's principal; it may
+    then be served on any host. Without it, only loopback ``Host`` names are answered.
     """
     console = Console(
-        Actions(store, operator, on_ready or _nothing, on_cancel or (lambda _task_id: None))
+        Actions(store, operator, on_ready or _nothing, on_cancel or (lambda _task_id: None)),
+        auth,
+    )
+    guard = (
+        Middleware(LoopbackHostOnly)
+        if auth is None
+        else Middleware(RequireOperator, verifier=auth, refuse=console.signin_form)
     )
     return Starlette(
-        middleware=[Middleware(LoopbackHostOnly)],
+        middleware=[guard],
         routes=[
+            Route("/signin", console.signin, methods=["GET", "POST"], name="signin"),
+            Route("/signout", console.signout, methods=["POST"], name="signout"),
             Route("/", console.tasks, methods=["GET"], name="tasks"),
             Route("/events", console.events, methods=["GET"], name="events"),
             Route("/bulk-cancel", console.bulk_cancel, methods=["POST"], name="bulk_cancel"),
+            Route("/reclaim", console.reclaim, methods=["POST"], name="reclaim"),
+            Route("/purge", console.purge, methods=["POST"], name="purge"),
             Route("/tasks/{task_id}", console.task, methods=["GET"], name="task"),
             Route("/tasks/{task_id}/answer", console.answer, methods=["POST"], name="answer"),
             Route("/tasks/{task_id}/cancel", console.cancel, methods=["POST"], name="cancel"),
@@ -352,10 +446,14 @@ def ops_app(
     )
 
 
-def standalone_app(store: Store, *, operator: str = LOCAL_OPERATOR) -> Starlette:
+def standalone_app(
+    store: Store, *, operator: str = LOCAL_OPERATOR, auth: TokenVerifier | None = None
+) -> Starlette:
     """What ``keel ops`` serves: the console at :data:`MOUNT`, and ``/`` leading there."""
 
     async def home(request: Request) -> Response:
         return RedirectResponse(f"{MOUNT}/", status_code=307)
 
-    return Starlette(routes=[Route("/", home), Mount(MOUNT, ops_app(store, operator=operator))])
+    return Starlette(
+        routes=[Route("/", home), Mount(MOUNT, ops_app(store, operator=operator, auth=auth))]
+    )

@@ -627,14 +627,16 @@ class TxStore:
             return []
         return await self._write(Op(op, picks=Picks.SWEEP), "recover_expired")
 
-    async def reclaim(self, timeout_seconds: float) -> Sequence[Reclaimed]:
+    async def reclaim(
+        self, timeout_seconds: float, *, actor: str = "reclaim"
+    ) -> Sequence[Reclaimed]:
         timeout = check_seconds(timeout_seconds, "reclaim timeout")
 
         def op(tx: Tx) -> list[Reclaimed]:
             now = self._now()
             done = []
             for task in tx.stale(now - timeout):
-                change, why = tr.reclaim(task, now, timeout_seconds=timeout)
+                change, why = tr.reclaim(task, now, timeout_seconds=timeout, actor=actor)
                 _apply(tx, task, change)
                 done.append(why)
             return done

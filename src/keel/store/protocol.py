@@ -306,8 +306,11 @@ class Store(Protocol):
         with a dead-letter error after their last attempt. Safe to run from anywhere."""
         ...
 
-    async def reclaim(self, timeout_seconds: float) -> Sequence[Reclaimed]:
-        """Fail every non-terminal task not updated for more than ``timeout_seconds``.
+    async def reclaim(
+        self, timeout_seconds: float, *, actor: str = "reclaim"
+    ) -> Sequence[Reclaimed]:
+        """Fail every non-terminal task not updated for more than ``timeout_seconds``
+        (``actor``: who the history says did it).
 
         Raises:
             InvalidPayload: a negative or non-finite timeout.
