@@ -14,8 +14,14 @@ The format is the JSON encoding of ``ExportTraceServiceRequest``::
 A file holds one such request (pretty-printed or not) or many, one after the other: the
 collector's ``file`` exporter writes one request per line (JSON lines). Both are read as
 a sequence of top-level objects. A request up to :data:`WHOLE_LIMIT` characters is
-decoded at once (the fast path for JSON lines); a larger one is walked structurally,
-span by span, so a single 1 GB request needs no more memory than a small one.
+decoded at once; a larger one is walked structurally, span by span, so a single 1 GB
+request needs no more memory than a small one.
+
+The fast path, for a request on one line (JSON lines): ``msgspec`` decodes the line into
+the few typed fields read here (every other field is skipped in C, never made into
+Python objects) and the spans become rows with the same checks. Anything that path does
+not take as is (a request over several lines, a field of an unexpected type, a bad
+span) is read again by the general path, which gives the same rows, or the same error.
 
 Trace and span ids are hex, as OTLP/JSON asks; base64 ids (the generic protobuf JSON
 mapping) are accepted and converted. ``status.code`` 2 (or ``"STATUS_CODE_ERROR"``) marks
@@ -33,6 +39,8 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
+
+import msgspec
 
 from keel.bridge.errors import MalformedSource
 from keel.bridge.records import ENCODING
@@ -200,6 +208,130 @@ def _service(resource: Any) -> str:
     return UNKNOWN_SERVICE
 
 
+class _AnyValue(msgspec.Struct):
+    stringValue: Any = None  # OTLP's field names (camelCase)
+
+
+class _KeyValue(msgspec.Struct):
+    key: Any = None
+    value: _AnyValue | None = None
+
+
+class _Status(msgspec.Struct):
+    code: Any = 0
+
+
+class _Span(msgspec.Struct):
+    traceId: Any = None
+    spanId: Any = None
+    parentSpanId: Any = None
+    name: Any = None
+    startTimeUnixNano: Any = None
+    endTimeUnixNano: Any = None
+    kind: Any = 0
+    status: _Status | None = None
+    attributes: list[_KeyValue] | None = None
+
+
+class _Scope(msgspec.Struct):
+    spans: list[_Span] = []
+
+
+class _Resource(msgspec.Struct):
+    resource: Any = None
+    scopeSpans: list[_Scope] | msgspec.UnsetType = msgspec.UNSET
+    instrumentationLibrarySpans: list[_Scope] | msgspec.UnsetType = msgspec.UNSET
+
+
+class _Request(msgspec.Struct):
+    resourceSpans: list[_Resource] = []
+
+
+_REQUEST = msgspec.json.Decoder(_Request)
+_HEX32, _HEX16 = _HEX[16].fullmatch, _HEX[8].fullmatch
+_PEER_KEYS = frozenset(PEER_KEYS)
+
+
+class _Refused(Exception):
+    """The fast path does not take this request as is (the general path reads it)."""
+
+
+def _fast_peer(attributes: list[_KeyValue] | None) -> str | None:
+    """:func:`peer_of` over typed attributes."""
+    found: dict[str, str] = {}
+    for attribute in attributes or ():
+        key = attribute.key
+        if key in _PEER_KEYS:
+            value = attribute.value
+            text = value.stringValue if value is not None else None
+            if isinstance(text, str) and text.strip():
+                found[key] = text.strip()
+    if not found:
+        return None
+    return next(found[key] for key in PEER_KEYS if key in found)
+
+
+def _fast_row(span: _Span, service: str) -> Row:
+    """:func:`_row` over a typed span: the same row, or ``_Refused``."""
+    trace_id, span_id, parent_id = span.traceId, span.spanId, span.parentSpanId
+    start, end, kind = span.startTimeUnixNano, span.endTimeUnixNano, span.kind
+    if (
+        type(trace_id) is not str
+        or not _HEX32(trace_id)
+        or type(span_id) is not str
+        or not _HEX16(span_id)
+        or (parent_id and (type(parent_id) is not str or not _HEX16(parent_id)))
+        or type(span.name) is not str
+        or type(start) is not str
+        or type(end) is not str
+        or not start.isdigit()
+        or not end.isdigit()
+        or type(kind) is not int
+        or not 0 <= kind <= 5  # OTLP's span kinds
+    ):
+        raise _Refused  # an odd (or bad) field: the general path converts or refuses it
+    start_ns, end_ns = int(start), int(end)
+    if end_ns < start_ns:
+        raise _Refused
+    status = span.status
+    error = int(status is not None and status.code in _ERROR_CODES)
+    peer = _fast_peer(span.attributes) if kind in OUTGOING else None
+    return (
+        trace_id,
+        span_id,
+        parent_id or None,
+        service,
+        span.name,
+        start_ns,
+        end_ns,
+        error,
+        kind,
+        peer,
+    )
+
+
+def _fast_rows(text: str) -> list[Row]:
+    """The spans of a request on one line, or ``_Refused``."""
+    try:
+        request = _REQUEST.decode(text)
+    except (msgspec.DecodeError, RecursionError, ValueError):
+        raise _Refused from None
+    rows: list[Row] = []
+    append = rows.append
+    try:
+        for resource in request.resourceSpans:
+            service = _service(resource.resource)
+            scopes = resource.scopeSpans
+            if scopes is msgspec.UNSET:
+                scopes = resource.instrumentationLibrarySpans
+            for scope in scopes or ():
+                for span in scope.spans:
+                    append(_fast_row(span, service))
+    except (TypeError, ValueError):  # an unhashable status code, a digit int() refuses
+        raise _Refused from None
+    return rows
+
+
 _TOO_BIG = object()
 
 
@@ -286,6 +418,23 @@ class _Reader:
                 continue  # a number at the end of the buffer may go on in the next chunk
             self.pos = end
             return value
+
+    def one_line(self, limit: int) -> list[Row] | None:
+        """The spans of the request at the cursor if it is alone on its line and the fast
+        path takes it (the cursor then moves past it); else None, the cursor stays put."""
+        end = self.buf.find("\n", self.pos)
+        while end < 0 and len(self.buf) - self.pos <= limit and self.fill():
+            end = self.buf.find("\n", self.pos)
+        if end < 0:
+            end = len(self.buf)
+            if not self.eof or end - self.pos > limit:
+                return None
+        try:
+            rows = _fast_rows(self.buf[self.pos : end])
+        except _Refused:
+            return None
+        self.pos = end
+        return rows
 
     def members(self) -> Iterator[str]:
         """The keys of the object at the cursor; after each, the cursor is at its value."""
@@ -436,6 +585,11 @@ def _batches(reader: _Reader, whole_limit: int) -> Iterator[list[Row]]:
                 return
             if found != "{":
                 raise reader.error(f"expected an OTLP request object, found {found!r}")
+            fast = reader.one_line(whole_limit)
+            if fast is not None:
+                if fast:
+                    yield fast
+                continue
             start = reader.mark()
             request = reader.value(limit=whole_limit)
             if request is _TOO_BIG:
