@@ -240,7 +240,7 @@ class _Span(msgspec.Struct):
     parentSpanId: _PARENT_ID | None = None
     kind: Annotated[int, msgspec.Meta(ge=0, le=5)] = 0
     status: _Status | None = None
-    attributes: list[_KeyValue] | None = None
+    attributes: msgspec.Raw = msgspec.Raw()  # decoded for client and producer spans only
 
 
 class _Scope(msgspec.Struct):
@@ -258,6 +258,7 @@ class _Request(msgspec.Struct):
 
 
 _REQUEST = msgspec.json.Decoder(_Request)
+_ATTRIBUTES = msgspec.json.Decoder(list[_KeyValue] | None)
 _PEER_KEYS = frozenset(PEER_KEYS)
 
 
@@ -265,11 +266,11 @@ class _Refused(Exception):
     """The fast path does not take this request as is (the general path reads it)."""
 
 
-def _fast_peer(attributes: list[_KeyValue] | None) -> str | None:
-    """:func:`peer_of` over typed attributes."""
+def _fast_peer(raw: msgspec.Raw) -> str | None:
+    """:func:`peer_of` over a span's attributes, still undecoded."""
     found = {
         a.key: text
-        for a in attributes or ()
+        for a in (_ATTRIBUTES.decode(raw) if raw else None) or ()
         if a.key in _PEER_KEYS
         and a.value is not None
         and isinstance(a.value.stringValue, str)
@@ -315,7 +316,8 @@ def _fast_rows(text: str) -> list[Row]:
             for scope in scopes or ():
                 for span in scope.spans:
                     append(_fast_row(span, service))
-    except (TypeError, ValueError):  # an unhashable status code, a digit int() refuses
+    except (msgspec.DecodeError, TypeError, ValueError):  # odd attributes, an unhashable
+        # status code, digits int() refuses
         raise _Refused from None
     return rows
 
