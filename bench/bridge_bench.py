@@ -161,7 +161,7 @@ def ingest_only(args: argparse.Namespace) -> None:
     """``--ingest-only``: this checkout (and ``--before``), alternated, on one export."""
     import statistics
 
-    here = Path(__file__).resolve().parent.parent / "src"
+    here = Path(args.after) if args.after else Path(__file__).resolve().parent.parent / "src"
     sides = {"after": here} if args.before is None else {"before": Path(args.before), "after": here}
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         export = Path(args.export) if args.export else Path(tmp) / "export"
@@ -234,6 +234,7 @@ def main() -> None:
     parser.add_argument("--ingest-only", action="store_true", help="time keel bridge ingest")
     parser.add_argument("--export", default=None, help="--ingest-only: an rca-format export")
     parser.add_argument("--before", default=None, help="--ingest-only: a src folder to compare")
+    parser.add_argument("--after", default=None, help="--ingest-only: src (default: this one)")
     parser.add_argument("--runs", type=int, default=3, help="--ingest-only: runs per side")
     parser.add_argument("--child-diagnose", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--child-ingest", nargs=2, default=None, help=argparse.SUPPRESS)
