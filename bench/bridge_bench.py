@@ -8,12 +8,19 @@
    as one single request object (walked span by span), each indexed in a fresh
    subprocess: spans/s, MiB/s and peak RSS. Target: <= 500 MB RSS for a 1 GB export.
 
+3. **ingest only** (``--ingest-only``): ``keel bridge ingest`` on a collector-format
+   export (default: ``bench/rca/generate.py --seed 2001`` into a temp dir, 1M spans),
+   timed end to end as a subprocess: wall time, spans/s, peak RSS. ``--before SRC`` runs
+   another version's ``src`` folder (``git archive main src | tar -x -C /tmp/main``) on
+   the same export, alternated with this checkout, ``--runs`` times each (medians).
+
 Peak RSS is the subprocess's ``ru_maxrss``. Numbers vary by tens of percent on a shared
 2-core machine.
 
     uv run python bench/bridge_bench.py               # 1M spans, 200 MB export
     uv run python bench/bridge_bench.py --gb          # a 1 GB export
     uv run python bench/bridge_bench.py --quick       # a smoke run
+    uv run python bench/bridge_bench.py --ingest-only --before /tmp/main/src --runs 3
 
 Prints a table and writes JSON (``--out``, default ``bench/results/bridge_bench.json``).
 """
@@ -22,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -118,6 +126,103 @@ def make_export(traces: Path, dest: Path, mb: int, *, single: bool) -> None:
             out.write("\n]}\n")
 
 
+def timed_ingest(src: Path, export: Path, data_dir: Path) -> dict[str, Any]:
+    """``keel bridge ingest`` of ``export`` (a folder of incidents, deploys and traces)
+    with ``src`` first on the path, in a fresh process: wall time and its peak RSS."""
+    import shutil
+    import sqlite3
+
+    shutil.rmtree(data_dir, ignore_errors=True)
+    deploys = next(p for p in (export / "deploys.csv", export / "deploys.json") if p.exists())
+    command = [sys.executable, "-c", "from keel.cli import main; main()", "bridge", "ingest"]
+    command += ["--data-dir", str(data_dir), "--incidents", str(export / "incidents.json")]
+    command += ["--traces", str(export / "traces"), "--deploys", str(deploys)]
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    began = time.perf_counter()
+    child = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(child.pid, 0)
+    seconds = time.perf_counter() - began
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode:
+        raise SystemExit(f"keel bridge ingest failed ({child.returncode}) with {src}")
+    conn = sqlite3.connect(data_dir / "index.db")
+    spans = int(conn.execute("SELECT value FROM meta WHERE key = 'spans'").fetchone()[0])
+    conn.close()
+    shutil.rmtree(data_dir)
+    return {
+        "seconds": seconds,
+        "spans": spans,
+        "spans_per_s": spans / seconds,
+        "peak_rss_mb": usage.ru_maxrss / 1024,
+    }
+
+
+def ingest_only(args: argparse.Namespace) -> None:
+    """``--ingest-only``: this checkout (and ``--before``), alternated, on one export."""
+    import statistics
+
+    here = Path(args.after) if args.after else Path(__file__).resolve().parent.parent / "src"
+    sides = {"after": here} if args.before is None else {"before": Path(args.before), "after": here}
+    with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
+        export = Path(args.export) if args.export else Path(tmp) / "export"
+        if not args.export:
+            generator = Path(__file__).resolve().parent / "rca" / "generate.py"
+            subprocess.run(
+                [sys.executable, str(generator), "--seed", "2001", "--out", str(export)],
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
+        size = sum(p.stat().st_size for p in (export / "traces").iterdir())
+        runs: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
+        for n in range(args.runs):
+            for side, src in sides.items():
+                r = timed_ingest(src, export, Path(tmp) / f"data-{side}")
+                runs[side].append(r)
+                print(
+                    f"run {n + 1} {side:<6} {r['spans']:,} spans in {r['seconds']:.1f}s: "
+                    f"{r['spans_per_s']:,.0f} spans/s, peak RSS {r['peak_rss_mb']:.0f} MB, "
+                    f"load {os.getloadavg()[0]:.1f}",
+                    flush=True,
+                )
+    median = {
+        side: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for side, rs in runs.items()
+    }
+    print(f"\n{'side':<8} {'spans':>10} {'median s':>9} {'spans/s':>9} {'MiB/s':>7} {'RSS MB':>7}")
+    for side, m in median.items():
+        mib_s = size / 2**20 / m["seconds"]
+        print(
+            f"{side:<8} {m['spans']:>10,.0f} {m['seconds']:>9.1f} {m['spans_per_s']:>9,.0f} "
+            f"{mib_s:>7.1f} {m['peak_rss_mb']:>7.0f}"
+        )
+    checks = [
+        {
+            "target": "ingest peak RSS <= 300 MB",
+            "measured": f"{median['after']['peak_rss_mb']:.0f} MB",
+            "ok": max(r["peak_rss_mb"] for r in runs["after"]) <= 300,
+        }
+    ]
+    if "before" in median:
+        ratio = median["after"]["spans_per_s"] / median["before"]["spans_per_s"]
+        checks.append(
+            {
+                "target": "ingest >= 2x the spans/s of before",
+                "measured": f"x{ratio:.2f}",
+                "ok": ratio >= 2,
+            }
+        )
+    print_targets(checks)
+    out = write_results(
+        args.out,
+        "bridge_bench_ingest",
+        args,
+        export_mib=size / 2**20,
+        runs=runs,
+        median=median,
+        checks=checks,
+    )
+    print(f"\nwrote {out}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rate", type=float, default=250.0, help="requests/min (~1M spans)")
@@ -126,6 +231,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes, a smoke run")
     parser.add_argument("--workdir", default=None, help="keep the data here (default: a temp dir)")
     parser.add_argument("--out", default="bench/results/bridge_bench.json")
+    parser.add_argument("--ingest-only", action="store_true", help="time keel bridge ingest")
+    parser.add_argument("--export", default=None, help="--ingest-only: an rca-format export")
+    parser.add_argument("--before", default=None, help="--ingest-only: a src folder to compare")
+    parser.add_argument("--after", default=None, help="--ingest-only: src (default: this one)")
+    parser.add_argument("--runs", type=int, default=3, help="--ingest-only: runs per side")
     parser.add_argument("--child-diagnose", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--child-ingest", nargs=2, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -134,6 +244,11 @@ def main() -> None:
         return
     if args.child_ingest:
         child_ingest(*args.child_ingest)
+        return
+    if args.ingest_only:
+        if args.out == parser.get_default("out"):
+            args.out = "bench/results/bridge_bench_ingest.json"
+        ingest_only(args)
         return
     if args.quick:
         args.rate, args.export_mb = 20.0, 20

@@ -14,8 +14,14 @@ The format is the JSON encoding of ``ExportTraceServiceRequest``::
 A file holds one such request (pretty-printed or not) or many, one after the other: the
 collector's ``file`` exporter writes one request per line (JSON lines). Both are read as
 a sequence of top-level objects. A request up to :data:`WHOLE_LIMIT` characters is
-decoded at once (the fast path for JSON lines); a larger one is walked structurally,
-span by span, so a single 1 GB request needs no more memory than a small one.
+decoded at once; a larger one is walked structurally, span by span, so a single 1 GB
+request needs no more memory than a small one.
+
+The fast path, for a request on one line (JSON lines): ``msgspec`` decodes the line into
+the few typed fields read here (every other field is skipped in C, never made into
+Python objects) and the spans become rows with the same checks. Anything that path does
+not take as is (a request over several lines, a field of an unexpected type, a bad
+span) is read again by the general path, which gives the same rows, or the same error.
 
 Trace and span ids are hex, as OTLP/JSON asks; base64 ids (the generic protobuf JSON
 mapping) are accepted and converted. ``status.code`` 2 (or ``"STATUS_CODE_ERROR"``) marks
@@ -32,7 +38,9 @@ import json
 import re
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Annotated, Any
+
+import msgspec
 
 from keel.bridge.errors import MalformedSource
 from keel.bridge.records import ENCODING
@@ -200,6 +208,120 @@ def _service(resource: Any) -> str:
     return UNKNOWN_SERVICE
 
 
+class _AnyValue(msgspec.Struct):
+    stringValue: Any = None  # OTLP's field names (camelCase)
+
+
+class _KeyValue(msgspec.Struct):
+    key: Any = None
+    value: _AnyValue | None = None
+
+
+class _Status(msgspec.Struct):
+    code: Any = 0
+
+
+_TRACE_ID = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{32}\Z")]
+_SPAN_ID = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{16}\Z")]
+_PARENT_ID = Annotated[str, msgspec.Meta(pattern=r"^([0-9a-f]{16})?\Z")]
+_NANOS = Annotated[str, msgspec.Meta(pattern=r"^[0-9]+\Z")]
+
+
+class _Span(msgspec.Struct):
+    """The fields of a span the index reads, in the form exporters write them (lowercase
+    hex ids, nanoseconds as a decimal string, kind as a number): msgspec checks them in C.
+    A span in any other form is refused here, and the general path reads its request."""
+
+    traceId: _TRACE_ID
+    spanId: _SPAN_ID
+    name: str
+    startTimeUnixNano: _NANOS
+    endTimeUnixNano: _NANOS
+    parentSpanId: _PARENT_ID | None = None
+    kind: Annotated[int, msgspec.Meta(ge=0, le=5)] = 0
+    status: _Status | None = None
+    attributes: msgspec.Raw = msgspec.Raw()  # decoded for client and producer spans only
+
+
+class _Scope(msgspec.Struct):
+    spans: list[_Span] = []
+
+
+class _Resource(msgspec.Struct):
+    resource: Any = None
+    scopeSpans: list[_Scope] | msgspec.UnsetType = msgspec.UNSET
+    instrumentationLibrarySpans: list[_Scope] | msgspec.UnsetType = msgspec.UNSET
+
+
+class _Request(msgspec.Struct):
+    resourceSpans: list[_Resource] = []
+
+
+_REQUEST = msgspec.json.Decoder(_Request)
+_ATTRIBUTES = msgspec.json.Decoder(list[_KeyValue] | None)
+_PEER_KEYS = frozenset(PEER_KEYS)
+
+
+class _Refused(Exception):
+    """The fast path does not take this request as is (the general path reads it)."""
+
+
+def _fast_peer(raw: msgspec.Raw) -> str | None:
+    """:func:`peer_of` over a span's attributes, still undecoded."""
+    found = {
+        a.key: text
+        for a in (_ATTRIBUTES.decode(raw) if raw else None) or ()
+        if a.key in _PEER_KEYS
+        and a.value is not None
+        and isinstance(a.value.stringValue, str)
+        and (text := a.value.stringValue.strip())
+    }
+    return next((found[key] for key in PEER_KEYS if key in found), None) if found else None
+
+
+def _fast_row(span: _Span, service: str) -> Row:
+    """:func:`_row` over a checked span: the same row, or ``_Refused``."""
+    start, end = int(span.startTimeUnixNano), int(span.endTimeUnixNano)
+    if end < start:
+        raise _Refused
+    status, kind = span.status, span.kind
+    return (
+        span.traceId,
+        span.spanId,
+        span.parentSpanId or None,
+        service,
+        span.name,
+        start,
+        end,
+        int(status is not None and status.code in _ERROR_CODES),
+        kind,
+        _fast_peer(span.attributes) if kind in OUTGOING else None,
+    )
+
+
+def _fast_rows(text: str) -> list[Row]:
+    """The spans of a request on one line, or ``_Refused``."""
+    try:
+        request = _REQUEST.decode(text)
+    except (msgspec.DecodeError, RecursionError, ValueError):
+        raise _Refused from None
+    rows: list[Row] = []
+    append = rows.append
+    try:
+        for resource in request.resourceSpans:
+            service = _service(resource.resource)
+            scopes = resource.scopeSpans
+            if scopes is msgspec.UNSET:
+                scopes = resource.instrumentationLibrarySpans
+            for scope in scopes or ():
+                for span in scope.spans:
+                    append(_fast_row(span, service))
+    except (msgspec.DecodeError, TypeError, ValueError):  # odd attributes, an unhashable
+        # status code, digits int() refuses
+        raise _Refused from None
+    return rows
+
+
 _TOO_BIG = object()
 
 
@@ -286,6 +408,23 @@ class _Reader:
                 continue  # a number at the end of the buffer may go on in the next chunk
             self.pos = end
             return value
+
+    def one_line(self, limit: int) -> list[Row] | None:
+        """The spans of the request at the cursor if it is alone on its line and the fast
+        path takes it (the cursor then moves past it); else None, the cursor stays put."""
+        end = self.buf.find("\n", self.pos)
+        while end < 0 and len(self.buf) - self.pos <= limit and self.fill():
+            end = self.buf.find("\n", self.pos)
+        if end < 0:
+            end = len(self.buf)
+            if not self.eof or end - self.pos > limit:
+                return None
+        try:
+            rows = _fast_rows(self.buf[self.pos : end])
+        except _Refused:
+            return None
+        self.pos = end
+        return rows
 
     def members(self) -> Iterator[str]:
         """The keys of the object at the cursor; after each, the cursor is at its value."""
@@ -436,6 +575,11 @@ def _batches(reader: _Reader, whole_limit: int) -> Iterator[list[Row]]:
                 return
             if found != "{":
                 raise reader.error(f"expected an OTLP request object, found {found!r}")
+            fast = reader.one_line(whole_limit)
+            if fast is not None:
+                if fast:
+                    yield fast
+                continue
             start = reader.mark()
             request = reader.value(limit=whole_limit)
             if request is _TOO_BIG:
