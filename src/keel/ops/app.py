@@ -12,6 +12,7 @@ import dataclasses
 import json
 import math
 import re
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import partial
@@ -39,6 +40,7 @@ from keel.ops.csrf import FIELD, check, remember, token_for
 from keel.ops.forms import fields_of, value_of
 from keel.ops.live import events
 from keel.ops.signin import OPERATOR, RequireOperator, keep_session
+from keel.ops.workers import SCAN, health
 from keel.store import Store
 from keel.store.browse import TaskFilter
 
@@ -48,6 +50,8 @@ LOCAL_OPERATOR = "local operator"
 """Who the history says acted, for a console served on loopback (no sign-in)."""
 
 PAGE = 50
+WAITING_OVER = 3600
+"""Seconds of waiting for input after which ``/workers`` calls a task stuck (default)."""
 MOUNT = "/ops"
 """Where the console lives, in ``keel serve`` and in ``keel ops``."""
 _TEXT_FILTERS = {"name": "name", "principal": "owner", "text": "text"}
@@ -143,8 +147,14 @@ def _limit(raw: str | None) -> int:
 class Console:
     """The pages and actions over one store."""
 
-    def __init__(self, actions: Actions, verifier: TokenVerifier | None = None) -> None:
+    def __init__(
+        self,
+        actions: Actions,
+        verifier: TokenVerifier | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.actions = actions
+        self.clock = clock
         self.store: Store = actions.store
         self.counts = CachedCounts(self.store)
         self.verifier = verifier
@@ -206,6 +216,20 @@ class Console:
             next_url=more,
             error=None,
         )
+
+    async def workers(self, request: Request) -> Response:
+        """Live leases per worker and stuck tasks (:mod:`keel.ops.workers`)."""
+        raw = request.query_params.get("waiting_over") or str(WAITING_OVER)
+        page = partial(self.render, request, "workers.html", waiting_over_raw=raw, scan=SCAN)
+        try:
+            limit = float(raw)
+        except ValueError:
+            limit = math.nan
+        if not math.isfinite(limit) or limit < 0:
+            return page(400, error=f"waiting_over must be seconds (0 or more), not {raw!r}")
+        now = self.clock()
+        view = await health(self.store, now, wait_limit=limit)
+        return page(view=view, now=now, error=None)
 
     async def events(self, request: Request) -> Response:
         return events(self.store, request)
@@ -409,11 +433,13 @@ def ops_app(
     on_ready: Callable[[], None] | None = None,
     on_cancel: Callable[[str], None] | None = None,
     auth: TokenVerifier | None = None,
+    clock: Callable[[], float] = time.time,
 ) -> Starlette:
     """The console over ``store``; its actions are recorded as made by ``operator``.
 
     ``on_ready`` / ``on_cancel`` wake this process's workers after an answer or a cancel
     (``keel serve`` passes its app's event hub); the store tells other processes.
+    ``clock`` is the time ``/workers`` judges leases and waits by (tests pass one).
 
     With ``auth`` (the verifier of ``--auth``, :mod:`keel.ops.signin`), every page needs a
     token it accepts, and actions are recorded as made by the token's principal; it may
@@ -422,6 +448,7 @@ def ops_app(
     console = Console(
         Actions(store, operator, on_ready or _nothing, on_cancel or (lambda _task_id: None)),
         auth,
+        clock,
     )
     guard = (
         Middleware(LoopbackHostOnly)
@@ -434,6 +461,7 @@ def ops_app(
             Route("/signin", console.signin, methods=["GET", "POST"], name="signin"),
             Route("/signout", console.signout, methods=["POST"], name="signout"),
             Route("/", console.tasks, methods=["GET"], name="tasks"),
+            Route("/workers", console.workers, methods=["GET"], name="workers"),
             Route("/events", console.events, methods=["GET"], name="events"),
             Route("/bulk-cancel", console.bulk_cancel, methods=["POST"], name="bulk_cancel"),
             Route("/reclaim", console.reclaim, methods=["POST"], name="reclaim"),
@@ -447,7 +475,11 @@ def ops_app(
 
 
 def standalone_app(
-    store: Store, *, operator: str = LOCAL_OPERATOR, auth: TokenVerifier | None = None
+    store: Store,
+    *,
+    operator: str = LOCAL_OPERATOR,
+    auth: TokenVerifier | None = None,
+    clock: Callable[[], float] = time.time,
 ) -> Starlette:
     """What ``keel ops`` serves: the console at :data:`MOUNT`, and ``/`` leading there."""
 
@@ -455,5 +487,8 @@ def standalone_app(
         return RedirectResponse(f"{MOUNT}/", status_code=307)
 
     return Starlette(
-        routes=[Route("/", home), Mount(MOUNT, ops_app(store, operator=operator, auth=auth))]
+        routes=[
+            Route("/", home),
+            Mount(MOUNT, ops_app(store, operator=operator, auth=auth, clock=clock)),
+        ]
     )
