@@ -7,7 +7,9 @@ A client calls the Bridge's diagnosis as a task; it asks which service (input_re
 the worker that ran it is SIGKILLed, a new worker starts, the client answers, and the
 diagnosis completes. Read back from every file: the task's spans share one trace, whose
 root is the front end's ``tools/call`` span; every exported span's parent was exported
-too; each attempt (each claim) has its span, in the process that ran it.
+too; each attempt (each claim) has its span, in the process that ran it; the step done
+before the question is replayed by the new worker; the polls of the task are in its
+trace.
 """
 
 from __future__ import annotations
@@ -151,4 +153,12 @@ async def test_a_diagnosis_killed_while_it_asks_is_one_whole_trace(tmp_path: Pat
     ], "one span for each attempt, exported by the worker that ran it"
     steps = [s for s in of_task if s["name"].startswith("keel.step ")]
     assert {s["file"] for s in steps} == {files["old"].name, files["new"].name}
+    replayed = {
+        (s["file"], s["attrs"]["mcp.task.step.name"])
+        for s in steps
+        if s["attrs"]["mcp.task.step.replayed"]
+    }
+    assert replayed == {(files["new"].name, "load-incident")}, "the step before the question"
+    polls = {s["name"] for s in trace if s["file"] == files["serve"].name and s is not root}
+    assert polls == {"tasks/get", "tasks/update"}, "the task's polls are in its trace"
     assert {s["service"] for s in trace} == {"keel-serve", "keel-worker"}
