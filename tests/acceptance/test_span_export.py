@@ -26,13 +26,14 @@ import pytest
 from mcp import Client
 
 from acceptance.test_serve_http import until
+from acceptance.test_worker_cli import keel_worker
 from keel.cli.demo import DEMO_INCIDENT, DEMO_SERVICE
 from keel.mcp.client import Created, accept, update_task
 from keel.mcp.client import TasksClientExtension as Tasks
 from keel_serve import KeelServe
 from postgres.pg import drop_schema, new_schema, require_postgres, store_url
 
-from .apps.harness import APPS, WorkerProcess, fleet
+from .apps.harness import APPS, WorkerProcess, fleet, worker_env
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -176,3 +177,15 @@ async def test_a_diagnosis_killed_while_it_asks_is_one_whole_trace(
     polls = {s["name"] for s in trace if s["file"] == files["serve"].name and s is not root}
     assert polls == {"tasks/get", "tasks/update"}, "the task's polls are in its trace"
     assert {s["service"] for s in trace} == {"keel-serve", "keel-worker"}
+
+
+def test_an_unwritable_span_file_is_one_error_line(tmp_path: Path) -> None:
+    """``KEEL_OTEL_FILE`` in a folder that does not exist: ``keel worker`` exits 1 with
+    one ``keel: error:`` line naming the variable, no traceback."""
+    env = worker_env(tmp_path / "effects.jsonl", KEEL_OTEL_FILE=str(tmp_path / "no" / "x"))
+    error = keel_worker(
+        tmp_path, "--app", "steps_app:app", "--store", str(tmp_path / "k.db"), env=env
+    )
+    assert error.startswith(f"KEEL_OTEL_FILE={tmp_path / 'no' / 'x'}: cannot write spans there"), (
+        error
+    )

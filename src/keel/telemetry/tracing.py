@@ -35,6 +35,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, StatusCode, TracerProvider
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from keel.errors import ConfigurationError
 from keel.model import Task
 
 __all__ = [
@@ -162,7 +163,11 @@ def configure_from_environment(service: str) -> bool:
     lines when ``KEEL_OTEL_FILE`` names one (each span as it ends, see
     :mod:`keel.telemetry.span_file`); both if both are set. Service name
     ``OTEL_SERVICE_NAME``, else ``service``. What ``keel serve`` and ``keel worker`` call;
-    True if spans are now exported."""
+    True if spans are now exported.
+
+    Raises:
+        ConfigurationError: ``KEEL_OTEL_FILE`` names a file that cannot be opened.
+    """
     otlp = any(os.environ.get(v) for v in ("OTEL_EXPORTER_OTLP_ENDPOINT",
                                            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))  # fmt: skip
     file = os.environ.get(FILE_ENV)
@@ -187,6 +192,10 @@ def configure_from_environment(service: str) -> bool:
 
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     if file:
-        provider.add_span_processor(SimpleSpanProcessor(FileSpanExporter(file)))
+        try:
+            exporter = FileSpanExporter(file)
+        except OSError as exc:
+            raise ConfigurationError(f"{FILE_ENV}={file}: cannot write spans there: {exc}") from exc
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
     trace.set_tracer_provider(provider)  # the SDK's MCP spans go there too
     return True
