@@ -35,9 +35,11 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, StatusCode, TracerProvider
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from keel.errors import ConfigurationError
 from keel.model import Task
 
 __all__ = [
+    "FILE_ENV",
     "TRACER",
     "attempt_span",
     "configure_from_environment",
@@ -52,6 +54,7 @@ log = logging.getLogger("keel.telemetry")
 
 TRACER = "keel"
 _PROPAGATOR = TraceContextTextMapPropagator()
+FILE_ENV = "KEEL_OTEL_FILE"  # export spans to this file as OTLP/JSON lines
 _provider: TracerProvider | None = None
 
 
@@ -154,24 +157,45 @@ def step_span(
 
 
 def configure_from_environment(service: str) -> bool:
-    """Export spans by OTLP/HTTP when OpenTelemetry's standard variables ask for it
-    (``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``; service
-    name ``OTEL_SERVICE_NAME``, else ``service``), with the ``[otel]`` extra installed.
-    What ``keel serve`` and ``keel worker`` call; True if spans are now exported."""
-    if not any(os.environ.get(v) for v in ("OTEL_EXPORTER_OTLP_ENDPOINT",
-                                          "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")):  # fmt: skip
+    """Export spans when asked, with the ``[otel]`` extra installed: by OTLP/HTTP when
+    OpenTelemetry's standard variables say where (``OTEL_EXPORTER_OTLP_ENDPOINT`` or
+    ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``; a batch processor), and to a file as OTLP/JSON
+    lines when ``KEEL_OTEL_FILE`` names one (each span as it ends, see
+    :mod:`keel.telemetry.span_file`); both if both are set. Service name
+    ``OTEL_SERVICE_NAME``, else ``service``. What ``keel serve`` and ``keel worker`` call;
+    True if spans are now exported.
+
+    Raises:
+        ConfigurationError: ``KEEL_OTEL_FILE`` names a file that cannot be opened.
+    """
+    otlp = any(os.environ.get(v) for v in ("OTEL_EXPORTER_OTLP_ENDPOINT",
+                                           "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))  # fmt: skip
+    file = os.environ.get(FILE_ENV)
+    if not otlp and not file:
         return False
     try:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider as SdkProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+
+        from keel.telemetry.span_file import FileSpanExporter
     except ImportError:
-        log.warning("OTEL_EXPORTER_OTLP_* is set but the SDK is not installed: "
-                    "pip install 'keel-tasks[otel]'; no spans are exported")  # fmt: skip
+        log.warning(
+            "spans are asked for (OTEL_EXPORTER_OTLP_* or KEEL_OTEL_FILE) but the SDK is "
+            "not installed: pip install 'keel-tasks[otel]'; no spans are exported"
+        )
         return False
     name = os.environ.get("OTEL_SERVICE_NAME") or service
     provider = SdkProvider(resource=Resource.create({"service.name": name}))
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    if otlp:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    if file:
+        try:
+            exporter = FileSpanExporter(file)
+        except OSError as exc:
+            raise ConfigurationError(f"{FILE_ENV}={file}: cannot write spans there: {exc}") from exc
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
     trace.set_tracer_provider(provider)  # the SDK's MCP spans go there too
     return True
