@@ -32,6 +32,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow]  # a browser and a keel serve
 
 CHROMIUM = Path("/usr/bin/chromium")
 INSTALLED = CHROMIUM.exists()
+REQUIRED = os.environ.get("CI") == "true"  # .ci/run installs Chromium and sets CI=true
 ARGS = [
     "--headless",
     "--no-sandbox",
@@ -47,8 +48,13 @@ LIVE_WITHIN = 3.0  # seconds a change may take to show on an open page (target: 
 
 @pytest.fixture
 async def browser() -> AsyncIterator[Browser]:
-    """Chromium, headless, closed after the test (the test fails without it: CI installs it)."""
-    assert INSTALLED, "install Debian's chromium (apt-get install chromium)"
+    """Chromium, headless, closed after the test. Without it the test is skipped, as the
+    PostgreSQL tests are without a server, except in CI (``.ci/run`` installs it), where
+    it fails: CI never passes by skipping a browser test."""
+    if not INSTALLED:
+        if REQUIRED:
+            pytest.fail("install Debian's chromium (apt-get install chromium)")
+        pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
     async with async_playwright() as driver:
         launched = await driver.chromium.launch(
             executable_path=str(CHROMIUM), headless=True, args=ARGS
