@@ -46,9 +46,12 @@ async def test_a_committed_write_names_its_task_and_a_read_sees_it(store: Store)
     task = await store.create(name="job")
     await store.set_status_message(task.task_id, "step 1 of 3")
     seen = await naming(feed, task.task_id)
-    while seen[-1].task_ids is None:  # a source that just (re)connected: once more
+    while seen[-1].task_ids is None:
+        # The source (re)connected: "re-read everything" covers what came before, and
+        # it now hears every commit (PostgreSQL: LISTEN took effect), so write again.
+        await store.set_status_message(task.task_id, "step 2 of 3")
         seen = await naming(feed, task.task_id)
-    assert (await store.get(task.task_id)).status_message in {None, "step 1 of 3"}
+    assert (await store.get(task.task_id)).status_message in {None, "step 1 of 3", "step 2 of 3"}
     positions = [c.position for c in seen]
     assert positions == sorted(positions)
     await store.complete(task.task_id, {"ok": True})
@@ -75,7 +78,8 @@ async def test_after_resumes_without_a_full_read(store: Store) -> None:
     first = await anext(feed)
     task = await store.create()
     seen = await naming(feed, task.task_id)
-    while seen[-1].task_ids is None:
+    while seen[-1].task_ids is None:  # the source (re)connected: it hears the next write
+        await store.set_status_message(task.task_id, "again")
         seen = await naming(feed, task.task_id)
     position = seen[-1].position
     await feed.aclose()
@@ -97,7 +101,8 @@ async def test_another_handles_writes_reach_a_listener(
     task = await other.create(name="elsewhere")
     await other.set_status_message(task.task_id, "seen from afar")
     seen = await naming(feed, task.task_id)
-    while seen[-1].task_ids is None:
+    while seen[-1].task_ids is None:  # the source (re)connected: it hears the next write
+        await other.set_status_message(task.task_id, "seen from afar, again")
         seen = await naming(feed, task.task_id)
     assert task.task_id in (seen[-1].task_ids or ())
     assert (await store.get(task.task_id)).task_id == task.task_id
