@@ -78,6 +78,18 @@ def without_meta(body: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in body.items() if k not in {"_meta", "resultType"}}
 
 
+async def held_task(
+    serve: KeelServe, workers: list[WorkerProcess], store: str, tmp_path: Path, effects: Path
+) -> str:
+    """Start worker ``w1`` (it holds its task after the first step) and create a
+    ``step_then_hold`` task through ``serve``; its id."""
+    holding = worker_env(effects, KEEL_TEST_HOLD="1")
+    workers.append(WorkerProcess(store=store, worker_id="w1", logs=tmp_path, env=holding))
+    await anyio.to_thread.run_sync(workers[0].wait_ready)
+    created = await post(serve.url, "tools/call", {"name": "step_then_hold", "arguments": {}})
+    return str(created.result["taskId"])
+
+
 async def kill_mid_task_and_finish_elsewhere(store: str, tmp_path: Path) -> None:
     """The scenario, on ``store``: see the module docstring."""
     effects = tmp_path / "effects.jsonl"
@@ -86,13 +98,7 @@ async def kill_mid_task_and_finish_elsewhere(store: str, tmp_path: Path) -> None
     with fleet() as workers:
         try:
             await serve.ready()
-            holding = worker_env(effects, KEEL_TEST_HOLD="1")
-            workers.append(WorkerProcess(store=store, worker_id="w1", logs=tmp_path, env=holding))
-            await anyio.to_thread.run_sync(workers[0].wait_ready)
-            created = await post(
-                serve.url, "tools/call", {"name": "step_then_hold", "arguments": {}}
-            )
-            task_id = created.result["taskId"]
+            task_id = await held_task(serve, workers, store, tmp_path, effects)
             async with listen(serve.url, {"taskIds": [task_id]}, request_id=1) as stream:
                 ack = await stream.notification(WAIT)
                 assert ack["params"]["notifications"] == {"taskIds": [task_id]}
@@ -197,13 +203,7 @@ async def test_a_listener_of_a_killed_front_end_reads_the_current_state_on_anoth
     with fleet() as workers:
         try:
             await serve.ready()
-            holding = worker_env(effects, KEEL_TEST_HOLD="1")
-            workers.append(WorkerProcess(store=store, worker_id="w1", logs=tmp_path, env=holding))
-            await anyio.to_thread.run_sync(workers[0].wait_ready)
-            created = await post(
-                serve.url, "tools/call", {"name": "step_then_hold", "arguments": {}}
-            )
-            task_id = created.result["taskId"]
+            task_id = await held_task(serve, workers, store, tmp_path, effects)
             with contextlib.suppress(httpx2.TransportError):  # the connection is cut
                 async with listen(serve.url, {"taskIds": [task_id]}) as stream:
                     await stream.notification(WAIT)  # the ack
