@@ -31,7 +31,8 @@ from _report import print_targets, write_results
 from keel.model import InputRequest, Status, Task
 from keel.ops import standalone_app
 from keel.store import open_store
-from keel.store.base import TxStore, task_to_row
+from keel.store.base import TxStore
+from keel.store.rows import task_to_row
 from keel.store.sqlite.tx import Q as SQLITE_Q
 
 CHUNK = 20_000

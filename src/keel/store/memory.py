@@ -14,9 +14,10 @@ from typing import Any, TypeVar
 
 from keel.errors import StoreError
 from keel.model import Event, JsonValue, Limits, Status, Task
-from keel.store.base import Op, TxStore, task_from_row, task_to_row
+from keel.store.base import Op, TxStore
 from keel.store.browse import Position, TaskFilter
 from keel.store.protocol import Clock
+from keel.store.rows import task_from_row, task_to_row
 
 __all__ = ["MemoryStore"]
 

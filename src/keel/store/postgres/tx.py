@@ -26,8 +26,8 @@ from psycopg.rows import dict_row
 
 from keel.errors import StoreError
 from keel.model import Event, JsonValue, Status, Task
-from keel.store.base import event_from_row, task_from_row, task_to_row
 from keel.store.browse import Position, TaskFilter, sql_where
+from keel.store.rows import event_from_row, task_from_row, task_to_row
 from keel.store.sqlfiles import load_queries
 
 __all__ = ["GroupState", "PgTx"]

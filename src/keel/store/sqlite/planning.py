@@ -28,9 +28,10 @@ from enum import StrEnum
 from typing import Any, NamedTuple
 
 from keel.model import Task
-from keel.store.base import MAX_CLAIM_BATCH, Op, Picks, task_to_row
+from keel.store.base import MAX_CLAIM_BATCH, Op, Picks
 from keel.store.group_commit import Outcome
 from keel.store.protocol import Clock
+from keel.store.rows import task_to_row
 from keel.store.sqlite.tx import EventRow, Q, SqliteTx
 
 __all__ = [

@@ -15,8 +15,8 @@ from typing import Any
 
 from keel.errors import StoreError
 from keel.model import Event, JsonValue, Status, Task
-from keel.store.base import event_from_row, task_from_row, task_to_row
 from keel.store.browse import Position, TaskFilter, sql_where
+from keel.store.rows import event_from_row, task_from_row, task_to_row
 from keel.store.sqlfiles import load_queries
 
 __all__ = ["EventRow", "Fill", "Q", "SqliteTx"]

@@ -1,0 +1,128 @@
+"""Tasks and history rows as column values: the one codec every adapter reads and writes.
+
+JSON columns are stored as text (compact, non-ASCII kept); an update re-encodes only the
+JSON columns whose value is not the very object it was read as.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from keel.model import Event, InputRequest, Status, Task
+
+__all__ = ["MUTABLE_COLUMNS", "compact_json", "event_from_row", "task_from_row", "task_to_row"]
+
+MUTABLE_COLUMNS = (
+    "status", "updated_at", "status_message", "input_requests", "input_responses", "result",
+    "error", "attempt", "lease_owner", "lease_expires_at", "fence", "ready_at", "ttl",
+    "closed_fence", "expires_at",
+)  # fmt: skip
+"""The columns a transition may change; the rest are fixed when the task is created."""
+
+
+compact_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
+_JSON_COLUMNS = ("input_requests", "input_responses", "result", "error")
+
+
+def _encode_column(task: Task, column: str) -> str | None:
+    if column == "input_requests":
+        return compact_json({k: r.to_json() for k, r in task.input_requests.items()})
+    if column == "input_responses":
+        return compact_json(dict(task.input_responses))
+    value = getattr(task, column)
+    return None if value is None else compact_json(value)
+
+
+def event_from_row(row: Mapping[str, Any]) -> Event:
+    """A history row (any mapping of the ``task_events`` columns) as an :class:`Event`."""
+    return Event(
+        task_id=row["task_id"],
+        at=row["at"],
+        from_status=None if row["from_status"] is None else Status(row["from_status"]),
+        to_status=Status(row["to_status"]),
+        reason=row["reason"],
+        actor=row["actor"],
+    )
+
+
+def task_to_row(
+    task: Task,
+    *,
+    mutable_only: bool = False,
+    previous: tuple[Task, Any] | None = None,
+) -> dict[str, Any]:
+    """The task as column values (JSON columns as text).
+
+    Args:
+        mutable_only: just :data:`MUTABLE_COLUMNS`, what an update writes.
+        previous: the task this one was derived from and its stored row (any mapping of
+            column names, such as ``sqlite3.Row``): JSON columns
+            whose value is the very same object are not encoded again.
+    """
+    row: dict[str, Any] = {
+        "status": task.status.value,
+        "updated_at": task.updated_at,
+        "status_message": task.status_message,
+        "attempt": task.attempt,
+        "lease_owner": task.lease_owner,
+        "lease_expires_at": task.lease_expires_at,
+        "fence": task.fence,
+        "ready_at": task.ready_at,
+        "ttl": task.ttl,
+        "closed_fence": task.closed_fence,
+        "expires_at": task.expires_at,
+    }
+    for column in _JSON_COLUMNS:
+        if previous is not None and getattr(task, column) is getattr(previous[0], column):
+            row[column] = previous[1][column]
+        else:
+            row[column] = _encode_column(task, column)
+    if not mutable_only:
+        row.update(
+            task_id=task.task_id,
+            owner=task.owner,
+            name=task.name,
+            arguments=compact_json(task.arguments),
+            created_at=task.created_at,
+            idempotency_key=task.idempotency_key,
+            max_attempts=task.max_attempts,
+            request_digest=task.request_digest,
+        )
+    return row
+
+
+def _loads(text: str) -> Any:
+    return {} if text == "{}" else json.loads(text)
+
+
+def task_from_row(row: Mapping[str, Any]) -> Task:
+    """The inverse of :func:`task_to_row`."""
+    requests = _loads(row["input_requests"])
+    return Task(
+        task_id=row["task_id"],
+        status=Status(row["status"]),
+        owner=row["owner"],
+        name=row["name"],
+        arguments=_loads(row["arguments"]),
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        status_message=row["status_message"],
+        input_requests={k: InputRequest(r["message"], r["schema"]) for k, r in requests.items()},
+        input_responses=_loads(row["input_responses"]),
+        result=None if row["result"] is None else json.loads(row["result"]),
+        error=None if row["error"] is None else json.loads(row["error"]),
+        idempotency_key=row["idempotency_key"],
+        attempt=row["attempt"],
+        max_attempts=row["max_attempts"],
+        lease_owner=row["lease_owner"],
+        lease_expires_at=row["lease_expires_at"],
+        fence=row["fence"],
+        ready_at=row["ready_at"],
+        ttl=row["ttl"],
+        closed_fence=row["closed_fence"],
+        request_digest=row["request_digest"],
+    )
