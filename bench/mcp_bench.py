@@ -21,7 +21,10 @@ every request (``TasksClientExtension``), calls ``tools/call noop`` with
 ``tasks/get`` at once and every ``--poll-ms`` (10 ms) after that until the task is
 terminal, whatever ``pollIntervalMs`` the server advertised.
 
-For each C in ``--clients`` (1, 8, 32) and each server: a fresh server process, C
+For each C in ``--clients`` (1, 8, 32) and each server, ``--repeat`` times (the runs of
+the servers alternated, so that run r of each was measured seconds apart; the median
+run is reported, and the median of the pairs' tasks/s ratios beside the ratio of the
+medians): a fresh server process, C
 closed-loop clients (one ``mcp.Client``, so one HTTP connection, each), ``--warmup``
 seconds not counted, then ``--measure`` seconds counted:
 
@@ -500,6 +503,10 @@ def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for key in RATIO_KEYS:
             a, b = keel[key], fast[key]
             ratio[key] = round(a / b, 2) if a is not None and b else None
+        # Run r of each server ran back to back: the median of those pairs' ratios.
+        pairs = zip(keel["run_tasks_per_s"], fast["run_tasks_per_s"], strict=True)
+        paired = [a / b for a, b in pairs if b]
+        ratio["tasks_per_s_paired"] = round(statistics.median(paired), 2) if paired else None
         out.append(ratio)
     return out
 
@@ -617,13 +624,14 @@ def report(rows: list[dict[str, Any]], ratio_rows: list[dict[str, Any]], cpu_loa
         print("\nKeel / FastMCP (tasks/s: higher is better; latencies: lower is better)")
         print(
             f"  {'over FastMCP':<12} {'C':>3} {'tasks/s':>8} {'create p50':>11} "
-            f"{'create p99':>11} {'e2e p50':>8} {'e2e p99':>8}"
+            f"{'create p99':>11} {'e2e p50':>8} {'e2e p99':>8} {'tasks/s, paired runs':>21}"
         )
         for q in ratio_rows:
             print(
                 f"  {q['server']:<12} {q['clients']:>3} {_x(q['tasks_per_s']):>8} "
                 f"{_x(q['create_p50_ms']):>11} {_x(q['create_p99_ms']):>11} "
-                f"{_x(q['e2e_p50_ms']):>8} {_x(q['e2e_p99_ms']):>8}"
+                f"{_x(q['e2e_p50_ms']):>8} {_x(q['e2e_p99_ms']):>8} "
+                f"{_x(q['tasks_per_s_paired']):>21}"
             )
     for r in rows:
         for error in r["error_sample"]:
@@ -738,14 +746,17 @@ def main() -> None:
         _progress(f"fsync on {disk['filesystem']} ({tmp}): p50 {disk['p50_ms']} ms")
         _progress(f"CPU load: {load.describe()}")
         for i, c in enumerate(clients):
-            # Alternate which server goes first, so drift in the machine's load is shared.
-            order = servers if i % 2 == 0 else servers[::-1]
-            for server in order:
-                runs = [
-                    cell(server, c, args, python, tmp, profile_path(args.profile, c, server), load)
-                    for _ in range(args.repeat)
-                ]
-                row = median_row(runs)
+            runs: dict[str, list[dict[str, Any]]] = {server: [] for server in servers}
+            for r in range(args.repeat):
+                # Alternate which server goes first, run by run, so that drift in the
+                # machine's load is shared (pairs of runs seconds apart).
+                order = servers if (i + r) % 2 == 0 else servers[::-1]
+                for server in order:
+                    profile = profile_path(args.profile, c, server)
+                    runs[server].append(cell(server, c, args, python, tmp, profile, load))
+            for server in servers:
+                row = median_row(runs[server])
+                row["run_tasks_per_s"] = [run["tasks_per_s"] for run in runs[server]]
                 rows.append(row)
                 _progress(
                     f"{server} C={c}: {row['tasks_per_s']} tasks/s, create p50 "
