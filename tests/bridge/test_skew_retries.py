@@ -170,3 +170,46 @@ def test_a_callee_named_two_ways_is_one(tmp_path: Path) -> None:
     assert sorted(row[5] for row in rows if row[4] == 3) == sorted(
         ["mysql-depots", "mysql-depots", "pg-1", "pg-2", "shared", "billing"]
     )
+
+
+def test_a_caller_waiting_for_a_slower_database_is_not_the_cause() -> None:
+    """From the onset the database is 6x slower, and orders waits for a connection before
+    each call to it (its own time, 3x, in the requests that call the database only; the
+    others run as they did): the database is the cause, orders only waits for it."""
+    rng = random.Random(11)
+    t = Spans()
+    for i in range(2400):
+        start = i * (40 * MINUTE // 2400)
+        trace = f"{i:032x}"
+        during = start >= DURING[0]
+        calls_db = i % 5 < 3
+        own = rng.lognormvariate(0, 0.2) * 10 * (3 if during and calls_db else 1)
+        db = rng.lognormvariate(0, 0.2) * 4 * (6 if during else 1) if calls_db else 0
+        edge = t.add(trace, None, "edge", start, own + db + 2)
+        orders = t.add(trace, edge, "orders", start + MS, own + db)
+        if calls_db:
+            at = start + MS + int(own * MS)
+            t.add(trace, orders, "orders", at, db, kind=3, peer="pg-orders")
+    evidence, result = _diagnose(t.rows)
+    assert _ratio(evidence, "orders") > 1.5  # it does look slower...
+    assert evidence["entities"]["orders"]["without"]["pg-orders"]["during"]["calls"] > 100
+    assert result["root_cause"]["service"] == "pg-orders"  # ...but only where it waits
+    assert result["suspects"]["orders"]["waits_for"] == "pg-orders"
+
+
+def test_a_callers_span_standing_for_a_lost_one_is_not_timed() -> None:
+    """orders loses a third of its spans; the callers' client spans to it that no span of
+    orders answered count as its calls (and failures) but not as its own time (they hold
+    everything below it)."""
+    t = Spans()
+    for i in range(300):
+        start = i * (40 * MINUTE // 300)
+        trace = f"{i:032x}"
+        edge = t.add(trace, None, "edge", start, 40)
+        client = t.add(trace, edge, "edge", start + MS, 35, kind=3, peer="orders")
+        if i % 3:
+            t.add(trace, client, "orders", start + 2 * MS, 33)
+    evidence = gather(t.rows, "edge", [BASELINE, DURING], SERVICES)
+    baseline = evidence["entities"]["orders"]["baseline"]
+    assert baseline["timed"] < baseline["calls"]
+    assert baseline["median_ms"] == 33

@@ -77,6 +77,7 @@ class _Call:
     entry: ScopedSpan
     own_ns: int = 0
     started_failure: bool = False
+    callees: set[str] = field(default_factory=set)  # entities of the calls it made
 
 
 @dataclass(slots=True)
@@ -84,10 +85,12 @@ class _Window:
     """Per entity, its calls in one window."""
 
     own: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
+    calls: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     failures: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     exemplars: dict[str, list[tuple[float, str, str, float, bool]]] = field(
         default_factory=lambda: defaultdict(list)
     )
+    callees: dict[str, list[set[str]]] = field(default_factory=lambda: defaultdict(list))
 
 
 @dataclass(slots=True)
@@ -276,6 +279,10 @@ def gather(
     for trace in traces:
         trace.failures(limits)
         for call in trace.calls:
+            parent = trace.spans.get(call.entry[2] or "")
+            if parent is not None and trace.call_of[parent[1]].entity != call.entity:
+                trace.call_of[parent[1]].callees.add(call.entity)
+        for call in trace.calls:
             kinds.setdefault(call.entity, trace.entity(call.entry)[1])
             parent = trace.spans.get(call.entry[2] or "")
             if parent is not None and trace.call_of[parent[1]].entity != call.entity:
@@ -284,7 +291,7 @@ def gather(
                 continue  # a piece of a call whose entry span was lost: not a call
             w = _window_of(call.entry[6], windows)
             if w is not None:
-                _count(seen[w], call, trace.duration(call))
+                _count(seen[w], call, trace.duration(call), kinds[call.entity])
             if minutes is not None:
                 minutes.count(call)
         _scope(trace, symptom, windows, scope)
@@ -374,8 +381,14 @@ def own_onset(minutes: Sequence[Sequence[float]], change: Mapping[str, Any]) -> 
     return at, 1 - best / spread if spread > 0 else 0.0
 
 
-def _count(window: _Window, call: _Call, duration: int) -> None:
-    window.own[call.entity].append(max(call.own_ns, FLOOR_NS))
+def _count(window: _Window, call: _Call, duration: int, kind: str) -> None:
+    """Count a call; its own time unless it stands for a service's lost span (a caller's
+    client span that no span of the callee answered: its length is the callee's whole
+    subtree, not the callee's own time)."""
+    if kind != SERVICE or call.entry[3] == call.entity:
+        window.own[call.entity].append(max(call.own_ns, FLOOR_NS))
+        window.callees[call.entity].append(call.callees)
+    window.calls[call.entity] += 1
     window.failures[call.entity] += call.started_failure
     rank = (1e18 if call.started_failure else 0.0) + call.own_ns
     kept = window.exemplars[call.entity]
@@ -408,17 +421,36 @@ def _scope(trace: _Trace, symptom: str, windows: Sequence[tuple[int, int]], scop
             scope.propagated[name] += bool(entry[8])
 
 
-def _stats(own: Sequence[int], failures: int) -> dict[str, Any]:
+def _stats(own: Sequence[int], failures: int, calls: int) -> dict[str, Any]:
+    """A window's ``calls`` of an entity: their failures, and the ``timed`` ones' own time."""
     logs = [math.log(ns / 1e6) for ns in own]
     n = len(own)
     return {
-        "calls": n,
+        "calls": calls,
+        "timed": n,
         "median_ms": statistics.median(own) / 1e6 if n else 0.0,
         "mean_log": statistics.fmean(logs) if n else 0.0,
         "sd_log": statistics.pstdev(logs) if n > 1 else 0.0,
         "failures": failures,
-        "failure_rate": failures / n if n else 0.0,
+        "failure_rate": failures / calls if calls else 0.0,
     }
+
+
+def _without(name: str, seen: Sequence[_Window]) -> dict[str, Any]:
+    """{callee: {"baseline": stats, "during": stats}} of the calls of ``name`` that did
+    not call that callee (a service slower only in the calls that wait for a slower
+    callee is waiting for it: ``diagnosis``)."""
+    pairs = [list(zip(w.own.get(name, []), w.callees.get(name, []), strict=True)) for w in seen]
+    callees = sorted({c for calls in pairs for _own, made in calls for c in made})
+    out: dict[str, Any] = {}
+    for callee in callees:
+        rest = [[own for own, made in calls if callee not in made] for calls in pairs]
+        if all(rest) and len(rest[0]) < len(pairs[0]):
+            out[callee] = {
+                label: _stats(values, 0, len(values))
+                for label, values in (("baseline", rest[0]), ("during", rest[1]))
+            }
+    return out
 
 
 def _to_json(
@@ -433,8 +465,10 @@ def _to_json(
         started = scope.started.get(name, 0)
         entities[name] = {
             "kind": kinds[name],
-            "baseline": _stats(seen[0].own.get(name, []), seen[0].failures.get(name, 0)),
-            "during": _stats(seen[1].own.get(name, []), seen[1].failures.get(name, 0)),
+            **{
+                label: _stats(w.own.get(name, []), w.failures.get(name, 0), w.calls.get(name, 0))
+                for label, w in zip(("baseline", "during"), seen, strict=True)
+            },
             "calls_per_request": scope.calls.get(name, 0) / requests if requests else 0.0,
             "reach": scope.reached.get(name, 0) / requests if requests else 0.0,
             "propagation": scope.propagated.get(name, 0) / started if started else 1.0,
@@ -443,6 +477,8 @@ def _to_json(
                 for _rank, t, s, d, e in seen[1].exemplars.get(name, [])
             ],
         }
+        if kinds[name] == SERVICE:
+            entities[name]["without"] = _without(name, seen)
     symptom = {
         label: {
             "requests": scope.requests[i],
