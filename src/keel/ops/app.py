@@ -13,7 +13,7 @@ import json
 import math
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from datetime import UTC, datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -31,7 +31,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 if TYPE_CHECKING:
     from mcp.server.auth.provider import TokenVerifier
 
-from keel.errors import InputRejected, InvalidPayload, KeelError, TaskNotFound
+from keel.errors import ConfigurationError, InputRejected, InvalidPayload, KeelError, TaskNotFound
 from keel.model import Status, Task
 from keel.ops.actions import Actions
 from keel.ops.bulk import MAX_BULK, cancel_all, live_matching
@@ -39,7 +39,7 @@ from keel.ops.counts import CachedCounts
 from keel.ops.csrf import FIELD, check, remember, token_for
 from keel.ops.forms import fields_of, value_of
 from keel.ops.live import events
-from keel.ops.signin import OPERATOR, RequireOperator, keep_session
+from keel.ops.signin import OPERATOR, RequireOperator, keep_session, operator_of
 from keel.ops.workers import STUCK, health
 from keel.store import Store
 from keel.store.browse import TaskFilter
@@ -153,8 +153,10 @@ class Console:
         verifier: TokenVerifier | None = None,
         clock: Callable[[], float] = time.time,
         deadlines: Mapping[str, float] | None = None,
+        operators: frozenset[str] | None = None,
     ) -> None:
         self.actions = actions
+        self.operators = operators
         self.clock = clock
         self.deadlines = dict(deadlines or {})
         self.store: Store = actions.store
@@ -386,6 +388,10 @@ class Console:
         response.headers["WWW-Authenticate"] = 'Bearer realm="keel operator console"'
         return response
 
+    def forbidden(self, request: Request, principal: str) -> Response:
+        """HTTP 403 for a valid token that is not an operator's (``--operators``)."""
+        return self.render(request, "forbidden.html", 403, principal=principal)
+
     async def signin(self, request: Request) -> Response:
         """``GET``: the form; ``POST``: check the token, keep it in the session cookie."""
         home = f"{request.scope.get('root_path', '')}/"
@@ -400,6 +406,9 @@ class Console:
         access = await self.verifier.verify_token(token) if token else None
         if access is None:
             return self.signin_form(request, "that token is not accepted (wrong or revoked)")
+        principal = operator_of(access)
+        if self.operators is not None and principal not in self.operators:
+            return self.forbidden(request, principal)  # and no cookie for it
         response = RedirectResponse(home, status_code=303)
         keep_session(response, request, token)
         return response
@@ -451,6 +460,7 @@ def ops_app(
     auth: TokenVerifier | None = None,
     clock: Callable[[], float] = time.time,
     deadlines: Mapping[str, float] | None = None,
+    operators: Collection[str] | None = None,
 ) -> Starlette:
     """The console over ``store``; its actions are recorded as made by ``operator``.
 
@@ -462,17 +472,36 @@ def ops_app(
     With ``auth`` (the verifier of ``--auth``, :mod:`keel.ops.signin`), every page needs a
     token it accepts, and actions are recorded as made by the token's principal; it may
     then be served on any host. Without it, only loopback ``Host`` names are answered.
+    With ``operators`` (principals' names, ``auth`` required), the valid token of anyone
+    else is answered 403.
+
+    Raises:
+        ConfigurationError: ``operators`` without ``auth``, or an empty list.
     """
+    allowed = None if operators is None else frozenset(operators)
+    if allowed is not None and (auth is None or not allowed):
+        raise ConfigurationError(
+            "an operator list needs --auth (without it, on loopback, everyone is the operator)"
+            if auth is None
+            else "the operator list is empty: name at least one operator"
+        )
     console = Console(
         Actions(store, operator, on_ready or _nothing, on_cancel or (lambda _task_id: None)),
         auth,
         clock,
         deadlines,
+        allowed,
     )
     guard = (
         Middleware(LoopbackHostOnly)
         if auth is None
-        else Middleware(RequireOperator, verifier=auth, refuse=console.signin_form)
+        else Middleware(
+            RequireOperator,
+            verifier=auth,
+            refuse=console.signin_form,
+            operators=allowed,
+            forbid=console.forbidden,
+        )
     )
     return Starlette(
         middleware=[guard],
@@ -500,8 +529,16 @@ def standalone_app(
     auth: TokenVerifier | None = None,
     clock: Callable[[], float] = time.time,
     deadlines: Mapping[str, float] | None = None,
+    operators: Collection[str] | None = None,
 ) -> Starlette:
-    """What ``keel ops`` serves: the console at :data:`MOUNT`, and ``/`` leading there."""
+    """What ``keel ops`` serves: the console at :data:`MOUNT`, and ``/`` leading there.
+
+    Raises:
+        ConfigurationError: see :func:`ops_app`.
+    """
+    console = ops_app(
+        store, operator=operator, auth=auth, clock=clock, deadlines=deadlines, operators=operators
+    )
 
     async def home(request: Request) -> Response:
         return RedirectResponse(f"{MOUNT}/", status_code=307)
@@ -509,9 +546,6 @@ def standalone_app(
     return Starlette(
         routes=[
             Route("/", home),
-            Mount(
-                MOUNT,
-                ops_app(store, operator=operator, auth=auth, clock=clock, deadlines=deadlines),
-            ),
+            Mount(MOUNT, console),
         ]
     )

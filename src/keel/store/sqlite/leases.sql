@@ -38,12 +38,22 @@ LIMIT :limit;
 
 -- name: claimed_before
 -- :cutoffs is {tool name: time}; a leased task's latest history entry is its claim.
--- The leased tasks first (CROSS JOIN keeps that order), never every task of a name.
-SELECT tasks.*, claim.at AS claimed_at, cutoff.value - claim.at AS overdue
-FROM tasks INDEXED BY tasks_leased
-CROSS JOIN json_each(:cutoffs) AS cutoff
-JOIN task_events AS claim
-  ON claim.id = (SELECT max(id) FROM task_events WHERE task_events.task_id = tasks.task_id)
-WHERE tasks.lease_owner IS NOT NULL AND cutoff.key = tasks.name AND claim.at < cutoff.value
+-- Step by step (MATERIALIZED), else the planner looks up every leased task's claim, or
+-- walks every task of a name: the leased tasks of those tools, then their claims, then
+-- the rows of those past the cutoff.
+WITH leased AS MATERIALIZED (
+    SELECT lease.task_id, cutoff.value AS cutoff
+    FROM tasks AS lease INDEXED BY tasks_leased
+    CROSS JOIN json_each(:cutoffs) AS cutoff
+    WHERE lease.lease_owner IS NOT NULL AND cutoff.key = lease.name
+), claimed AS MATERIALIZED (
+    SELECT task_id, cutoff,
+           (SELECT at FROM task_events WHERE task_events.task_id = leased.task_id
+            ORDER BY id DESC LIMIT 1) AS at
+    FROM leased
+)
+SELECT tasks.*, claimed.at AS claimed_at, claimed.cutoff - claimed.at AS overdue
+FROM claimed JOIN tasks ON tasks.task_id = claimed.task_id
+WHERE claimed.at < claimed.cutoff
 ORDER BY overdue DESC, tasks.task_id
 LIMIT :limit;
