@@ -115,9 +115,9 @@ async def test_spans_reach_an_otlp_http_receiver(tmp_path: Path) -> None:
     receiver = Receiver()
     collector = Starlette(routes=[Route("/v1/traces", receiver.traces, methods=["POST"])])
     async with serve_asgi(collector) as endpoint:
+        args = ["--app", "steps_app:app", "--store", str(tmp_path / "keel.db")]
         server = KeelServe(
-            ["--app", "steps_app:app", "--store", str(tmp_path / "keel.db")]
-            + ["--data-dir", str(tmp_path / "data")],
+            [*args, "--data-dir", str(tmp_path / "data")],
             cwd=APPS,
             env=environment(tmp_path, endpoint),
             log=tmp_path / "keel-serve.log",
