@@ -11,7 +11,7 @@ import pytest
 
 from keel.model import Status
 from keel.runtime import Keel, TaskContext
-from keel.store import MemoryStore, Store
+from keel.store import MemoryStore, SqliteStore, Store
 
 from .support import SERVICE, parks, running, settles, worker
 
@@ -102,3 +102,46 @@ async def test_a_wake_up_during_a_claim_is_not_lost() -> None:
         task = await app.submit("double", {"n": 4})
         done = await settles(store, task.task_id)
     assert done.status is Status.COMPLETED
+
+
+def transactions(statements: list[str]) -> list[list[str]]:
+    """The write transactions in a log of SQL statements: what ran from each
+    ``BEGIN IMMEDIATE`` to its ``COMMIT`` (empty ones left out)."""
+    found: list[list[str]] = []
+    current: list[str] | None = None
+    for statement in statements:
+        if statement.startswith("BEGIN IMMEDIATE"):
+            current = []
+        elif statement.startswith(("COMMIT", "ROLLBACK")):
+            if current and statement.startswith("COMMIT"):
+                found.append(current)
+            current = None
+        elif current is not None:
+            current.append(statement)
+    return found
+
+
+async def test_a_task_submitted_to_an_idle_worker_is_claimed_in_its_create_commit(
+    sqlite_store: SqliteStore,
+) -> None:
+    """The worker is woken as the create is queued, so its claim runs in the create's
+    transaction: one commit (one fsync) to create and claim a task, one to complete it."""
+    app = app_on(sqlite_store)
+    statements: list[str] = []
+    async with running(worker(app, claim_interval=HOUR)):
+        for n in range(3):
+            statements.clear()
+            sqlite_store._db.sql.set_trace_callback(statements.append)
+            task = await app.submit("double", {"n": n})
+            done = await settles(sqlite_store, task.task_id)
+            sqlite_store._db.sql.set_trace_callback(None)
+            assert done.status is Status.COMPLETED
+            writes = transactions(statements)
+            assert len(writes) == 2, writes
+            create, complete = writes
+            assert any("INSERT INTO tasks" in s for s in create), create
+            assert any("UPDATE tasks SET" in s for s in create), create  # the claim
+            assert any("UPDATE tasks SET" in s for s in complete), complete
+            actors = [e.actor for e in await sqlite_store.history(task.task_id)]
+            assert actors[0] == "client", actors
+            assert actors[1].startswith("worker"), actors  # the claim, right after the create

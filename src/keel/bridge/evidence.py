@@ -39,7 +39,11 @@ __all__ = ["DEPENDENCY", "SERVICE", "ScopedSpan", "entity_of", "gather", "own_on
 
 DEPENDENCY = "dependency"
 SERVICE = "service"
-PRODUCER = 4  # OTLP span kind
+SERVER, CLIENT, PRODUCER = 2, 3, 4  # OTLP span kinds
+FRAGMENTS = (1, CLIENT, PRODUCER)
+"""Kinds of a span whose parent is missing (a sampled trace) that begin no call of their
+service: its internal, client and producer spans, the rest of a call whose entry span
+was lost. Judged as calls, their own time (a call's part) would blur the service's."""
 EXEMPLARS = 3  # calls kept per entity as citations
 SLOW_QUANTILE = 0.99  # a call slower than this share of the callee's baseline calls is slow
 MIN_CALLS = 20  # baseline calls an entity needs for a slow limit
@@ -121,13 +125,29 @@ class _Trace:
     def answered(self, span: ScopedSpan) -> bool:
         """Whether a child span ran while ``span`` waited (a consumer that starts after
         its producer ended does not answer the publish: the broker did)."""
-        return any(c[6] < span[7] for c in self.children.get(span[1], []))
+        return any(c[6] < span[7] or _answers(span, c) for c in self.children.get(span[1], []))
 
     def waited(self, span: ScopedSpan) -> int:
-        """How long ``span``'s children ran within it (each clipped to the span)."""
-        return sum(
-            max(0, min(c[7], span[7]) - max(c[6], span[6])) for c in self.children.get(span[1], [])
-        )
+        """How long ``span`` waited within it: while any of its children ran (the union of
+        their times, clipped to the span; parallel calls overlap), and in the backoff
+        before each retry of a failed call (``_backoff``)."""
+        children = self.children.get(span[1], [])
+        if not children:
+            return 0
+        length = span[7] - span[6]
+        busy = [
+            (span[6], span[6] + min(c[7] - c[6], length))
+            if _answers(span, c)
+            else (max(c[6], span[6]), min(c[7], span[7]))
+            for c in children
+        ]
+        busy += _backoff(span, children)
+        total, reached = 0, span[6]
+        for lo, hi in sorted(busy):
+            if hi > reached and hi > lo:
+                total += hi - max(lo, reached)
+                reached = hi
+        return total
 
     def _cut(self, root: ScopedSpan, parent_call: _Call | None) -> None:
         todo = [(root, parent_call)]
@@ -178,6 +198,35 @@ class _Trace:
             seen.setdefault(id(call), call)
             todo.extend(self.children.get(span[1], []))
         return list(seen.values())
+
+
+def _answers(span: ScopedSpan, child: ScopedSpan) -> bool:
+    """Whether ``child`` is the server span answering the client span ``span``: it ran
+    while ``span`` waited, whatever the two hosts' clocks say (another host's clock may be
+    tens of milliseconds off, so the child is counted by its length, not clipped to the
+    parent's times: clipping would charge the skew to the caller as its own time)."""
+    return span[4] == CLIENT and child[4] == SERVER and child[3] != span[3]
+
+
+def _backoff(span: ScopedSpan, children: Sequence[ScopedSpan]) -> list[tuple[int, int]]:
+    """When ``span`` waited between a failed call and its retry (the next call from it to
+    the same callee): a retry's backoff, which the callee's failure caused, not ``span``'s
+    own work."""
+    out = []
+    for failed in children:
+        if not failed[8] or failed[4] not in OUTGOING or failed[5] is None:
+            continue
+        retry = min(
+            (
+                c[6]
+                for c in children
+                if c[5] == failed[5] and c[4] == failed[4] and c[6] >= failed[7]
+            ),
+            default=None,
+        )
+        if retry is not None:
+            out.append((max(failed[7], span[6]), min(retry, span[7])))
+    return out
 
 
 def _limits(traces: Sequence[_Trace], baseline: tuple[int, int]) -> dict[str, int]:
@@ -231,6 +280,8 @@ def gather(
             parent = trace.spans.get(call.entry[2] or "")
             if parent is not None and trace.call_of[parent[1]].entity != call.entity:
                 callers[call.entity].add(trace.call_of[parent[1]].entity)
+            if parent is None and call.entry[2] is not None and call.entry[4] in FRAGMENTS:
+                continue  # a piece of a call whose entry span was lost: not a call
             w = _window_of(call.entry[6], windows)
             if w is not None:
                 _count(seen[w], call, trace.duration(call))

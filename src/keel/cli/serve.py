@@ -482,11 +482,17 @@ def _console(
     if auth is None and not is_loopback(host):
         return f"off ({host} is not loopback, and no --auth is set)", {}
     app = served.app
+    deadlines = {
+        name: task.options.deadline_seconds
+        for name, task in app.tasks.items()
+        if task.options.deadline_seconds is not None
+    }
     console = ops_app(
         app.store,
         on_ready=app.events.ready,
         on_cancel=app.events.cancelled,
         auth=None if auth is None else auth.verifier,
+        deadlines=deadlines,  # /workers judges attempts past them
     )
     signin = "" if auth is None else " (sign in with a token)"
     return f"http://{host}:{port if port else '<port>'}{MOUNT}/{signin}", {MOUNT: console}

@@ -13,7 +13,7 @@ import json
 import math
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -40,7 +40,7 @@ from keel.ops.csrf import FIELD, check, remember, token_for
 from keel.ops.forms import fields_of, value_of
 from keel.ops.live import events
 from keel.ops.signin import OPERATOR, RequireOperator, keep_session
-from keel.ops.workers import SCAN, health
+from keel.ops.workers import STUCK, health
 from keel.store import Store
 from keel.store.browse import TaskFilter
 
@@ -152,9 +152,11 @@ class Console:
         actions: Actions,
         verifier: TokenVerifier | None = None,
         clock: Callable[[], float] = time.time,
+        deadlines: Mapping[str, float] | None = None,
     ) -> None:
         self.actions = actions
         self.clock = clock
+        self.deadlines = dict(deadlines or {})
         self.store: Store = actions.store
         self.counts = CachedCounts(self.store)
         self.verifier = verifier
@@ -218,9 +220,10 @@ class Console:
         )
 
     async def workers(self, request: Request) -> Response:
-        """Live leases per worker and stuck tasks (:mod:`keel.ops.workers`)."""
-        raw = request.query_params.get("waiting_over") or str(WAITING_OVER)
-        page = partial(self.render, request, "workers.html", waiting_over_raw=raw, scan=SCAN)
+        """Live leases per worker, one worker's leases, stuck tasks (:mod:`keel.ops.workers`)."""
+        query = request.query_params
+        raw = query.get("waiting_over") or str(WAITING_OVER)
+        page = partial(self.render, request, "workers.html", waiting_over_raw=raw, stuck_max=STUCK)
         try:
             limit = float(raw)
         except ValueError:
@@ -228,8 +231,21 @@ class Console:
         if not math.isfinite(limit) or limit < 0:
             return page(400, error=f"waiting_over must be seconds (0 or more), not {raw!r}")
         now = self.clock()
-        view = await health(self.store, now, wait_limit=limit)
-        return page(view=view, now=now, error=None)
+        try:
+            view = await health(
+                self.store,
+                now,
+                wait_limit=limit,
+                deadlines=self.deadlines,
+                worker=query.get("worker") or None,
+                cursor=query.get("cursor") or None,
+            )
+        except InvalidPayload as exc:
+            return page(400, error=str(exc))
+        more = None
+        if view.leases is not None and view.leases.next_cursor is not None:
+            more = request.url.include_query_params(cursor=view.leases.next_cursor)
+        return page(view=view, now=now, next_url=more, error=None)
 
     async def events(self, request: Request) -> Response:
         return events(self.store, request)
@@ -434,12 +450,14 @@ def ops_app(
     on_cancel: Callable[[str], None] | None = None,
     auth: TokenVerifier | None = None,
     clock: Callable[[], float] = time.time,
+    deadlines: Mapping[str, float] | None = None,
 ) -> Starlette:
     """The console over ``store``; its actions are recorded as made by ``operator``.
 
     ``on_ready`` / ``on_cancel`` wake this process's workers after an answer or a cancel
     (``keel serve`` passes its app's event hub); the store tells other processes.
-    ``clock`` is the time ``/workers`` judges leases and waits by (tests pass one).
+    ``clock`` is the time ``/workers`` judges leases and waits by (tests pass one);
+    ``deadlines`` (seconds by tool name: the app's ``deadline_seconds``) the attempts.
 
     With ``auth`` (the verifier of ``--auth``, :mod:`keel.ops.signin`), every page needs a
     token it accepts, and actions are recorded as made by the token's principal; it may
@@ -449,6 +467,7 @@ def ops_app(
         Actions(store, operator, on_ready or _nothing, on_cancel or (lambda _task_id: None)),
         auth,
         clock,
+        deadlines,
     )
     guard = (
         Middleware(LoopbackHostOnly)
@@ -480,6 +499,7 @@ def standalone_app(
     operator: str = LOCAL_OPERATOR,
     auth: TokenVerifier | None = None,
     clock: Callable[[], float] = time.time,
+    deadlines: Mapping[str, float] | None = None,
 ) -> Starlette:
     """What ``keel ops`` serves: the console at :data:`MOUNT`, and ``/`` leading there."""
 
@@ -489,6 +509,9 @@ def standalone_app(
     return Starlette(
         routes=[
             Route("/", home),
-            Mount(MOUNT, ops_app(store, operator=operator, auth=auth, clock=clock)),
+            Mount(
+                MOUNT,
+                ops_app(store, operator=operator, auth=auth, clock=clock, deadlines=deadlines),
+            ),
         ]
     )

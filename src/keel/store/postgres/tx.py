@@ -27,6 +27,7 @@ from psycopg.rows import dict_row
 from keel.errors import StoreError
 from keel.model import Event, JsonValue, Status, Task
 from keel.store.browse import Position, TaskFilter, sql_where
+from keel.store.postgres.leases import PgLeases
 from keel.store.rows import event_from_row, task_from_row, task_to_row
 from keel.store.sqlfiles import load_queries
 
@@ -109,12 +110,12 @@ class GroupState:
         self.cache, self.updates = mark[1], mark[2]
 
 
-class PgTx:
+class PgTx(PgLeases):
     """One protocol call's view of the group's transaction."""
 
     def __init__(self, cur: psycopg.Cursor[dict[str, Any]], state: GroupState) -> None:
         self._cur = cur
-        self._s = state
+        self._s: GroupState = state
         self.sent = False
         """Whether this call sent a write that cannot be undone without a rollback."""
 
