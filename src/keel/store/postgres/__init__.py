@@ -384,21 +384,24 @@ class PostgresStore(TxStore):
                 # waited for; the group's last ones are answered by one sync before COMMIT.
                 with conn.pipeline() as pipe:
                     cur.execute(b"BEGIN")
+                    # The operation id first (it travels with the first statement answered):
+                    # on a retry, a duplicate means that the first try committed.
+                    cur.execute(Q["log_write"], {"op_id": op_id})
                     if replay:
                         try:
-                            cur.execute(Q["log_write"], {"op_id": op_id})
                             pipe.sync()
                         except psycopg.errors.UniqueViolation:
                             raise _AlreadyCommitted from None
                     state.preload(cur, _touched(ops))
                     outcomes = self._calls(cur, ops, state)
                     state.flush(cur)
-                    if state.wrote and not replay:
-                        cur.execute(Q["log_write"], {"op_id": op_id})
                     if state.wrote:
                         self._maybe_trim(cur)
                     pipe.sync()
                     state.check()
+                if not state.wrote:
+                    _rollback(conn)  # nothing written (a claim that found nothing): no id kept
+                    return outcomes, state
                 committing = True
                 self._commit(conn)
             except _Refused as refused:

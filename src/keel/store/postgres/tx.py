@@ -6,8 +6,9 @@ of round trips whatever its size:
 * the tasks the group will change, as its ops declare them
   (:attr:`~keel.store.base.Op.touches`), are read and locked in **one**
   ``SELECT … FOR UPDATE`` up front, in task-id order so that two groups cannot deadlock;
-* updates and history entries are **held back** and sent together (one pipelined
-  ``executemany`` each) just before anything that must see them, and before COMMIT;
+* updates and history entries are **held back** and sent together (one statement
+  each, over arrays: ``update_tasks``, ``insert_events``) just before anything that
+  must see them, and before COMMIT;
 * what the transaction knows of a task (read, inserted or changed) is kept, so a second
   call on the same task in the group reads it without a round trip.
 
@@ -38,6 +39,19 @@ Q = load_queries(__package__ or "keel.store.postgres")
 _ABSENT = object()
 
 Mark = tuple[int, dict[str, Task | None], dict[str, tuple[Task, Task]], int]
+
+
+_FLOAT_COLUMNS = ("updated_at", "lease_expires_at", "ready_at", "ttl", "expires_at")
+
+
+def _columns(rows: Sequence[dict[str, Any]], floats: Sequence[str]) -> dict[str, list[Any]]:
+    """Rows as one list per column (the arrays of ``update_tasks``, ``insert_events``);
+    the ``floats`` columns as floats (an array holds one type: a whole-number TTL is an
+    int in Python)."""
+    columns: dict[str, list[Any]] = {name: [row[name] for row in rows] for name in rows[0]}
+    for name in floats:
+        columns[name] = [None if v is None else float(v) for v in columns[name]]
+    return columns
 
 
 class GroupState:
@@ -95,12 +109,12 @@ class GroupState:
             # A cursor of their own: its row count is read after the answers came (see
             # check), which a write group in pipeline mode waits for only before COMMIT.
             updating = cur.connection.cursor()
-            updating.executemany(Q["update_task"], rows)
+            updating.execute(Q["update_tasks"], _columns(rows, _FLOAT_COLUMNS))
             self._sent_updates.append((updating, len(rows)))
             self.wrote = True
         if self.events:
             events, self.events = self.events, []
-            cur.executemany(Q["insert_event"], events)
+            cur.execute(Q["insert_events"], _columns(events, ("at",)))
             self.wrote = True
 
     def check(self) -> None:
