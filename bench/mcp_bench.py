@@ -39,6 +39,11 @@ seconds not counted, then ``--measure`` seconds counted:
     uv run python bench/mcp_bench.py --setup         # (re)create the FastMCP venv first
     uv run python bench/mcp_bench.py --profile bench/results/keel.prof --servers keel
     uv run python bench/mcp_bench.py --cpu-load 2 --clients 1,8 --repeat 3  # busy machine
+    uv run python bench/mcp_bench.py --servers keel,keel-base,fastmcp --keel-base ../before
+
+``--keel-base DIR`` measures a second Keel, ``DIR/.venv/bin/keel serve`` (another
+checkout, ``uv sync``'d), as the server ``keel-base``, its runs alternated with the
+others: before and after a change in one run, with the ratios ``keel / keel-base``.
 
 ``--cpu-load N`` starts N CPU-bound processes (pure-Python busy loops, ``bench/_load.py``)
 before the first cell and stops them after the last (on an error or Ctrl-C too), so both
@@ -89,7 +94,8 @@ TASK_TIMEOUT = 30.0  # seconds one task may take (create + polls) before it coun
 DRAIN_TIMEOUT = 30.0  # seconds the clients may take to finish their last task
 TERMINAL = {"completed", "failed", "cancelled"}
 TICK = os.sysconf("SC_CLK_TCK")
-SERVERS = ("keel", "fastmcp")
+SERVERS = ("keel", "keel-base", "fastmcp")
+PAIRS = (("keel", "fastmcp"), ("keel-base", "fastmcp"), ("keel", "keel-base"))  # ratios: a / b
 RATIO_KEYS = ("tasks_per_s", "create_p50_ms", "create_p99_ms", "e2e_p50_ms", "e2e_p99_ms")
 
 
@@ -234,7 +240,10 @@ class ServerProcess:
                 self.proc.wait(timeout=30)
 
 
-def start_keel(args: argparse.Namespace, folder: Path, profile: Path | None) -> ServerProcess:
+def start_keel(
+    args: argparse.Namespace, folder: Path, profile: Path | None, name: str = "keel"
+) -> ServerProcess:
+    """``keel serve`` of this checkout, or (``keel-base``) of the ``--keel-base`` one."""
     serve = [
         "serve",
         "--app",
@@ -246,14 +255,16 @@ def start_keel(args: argparse.Namespace, folder: Path, profile: Path | None) -> 
         "--concurrency",
         str(args.keel_concurrency),
     ]
-    if profile is None:
+    if name == "keel-base":
+        argv = [str(Path(args.keel_base) / ".venv" / "bin" / "keel"), *serve]
+    elif profile is None:
         argv = [str(KEEL), *serve]
     else:
         profile.parent.mkdir(parents=True, exist_ok=True)
         argv = [sys.executable, str(HERE / "apps" / "bench_serve.py"), "--profile", str(profile)]
         argv += ["--", *serve]
     env = {k: v for k, v in os.environ.items() if k != "KEEL_STORE"}
-    return ServerProcess("keel", argv, cwd=HERE, env=env)
+    return ServerProcess(name, argv, cwd=HERE, env=env)
 
 
 def start_fastmcp(args: argparse.Namespace, python: Path) -> ServerProcess:
@@ -448,7 +459,7 @@ def cell(
     """A fresh server (fresh SQLite file, or flushed Redis db), measured with C clients."""
     if name.startswith("keel"):
         folder = Path(tempfile.mkdtemp(prefix=f"{name}-c{clients}-", dir=tmp))
-        server = start_keel(args, folder, profile)
+        server = start_keel(args, folder, profile, name)
     else:
         assert python is not None
         redis_call(python, args.redis_url, "r.flushdb()")
@@ -492,14 +503,16 @@ def median_row(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Keel over FastMCP, per C."""
+    """Keel over FastMCP (and, with ``keel-base``, each Keel over the other), per C."""
     out = []
     by = {(r["server"], r["clients"]): r for r in rows}
-    for c in sorted({r["clients"] for r in rows}):
-        fast, keel = by.get(("fastmcp", c)), by.get(("keel", c))
+    for c, (a_name, b_name) in [(c, pair) for c in sorted({r["clients"] for r in rows})
+                                for pair in PAIRS]:  # fmt: skip
+        keel, fast = by.get((a_name, c)), by.get((b_name, c))
         if keel is None or fast is None:
             continue
-        ratio: dict[str, Any] = {"clients": c, "server": "keel"}
+        over = "" if b_name == "fastmcp" else f" / {b_name}"
+        ratio: dict[str, Any] = {"clients": c, "server": a_name + over}
         for key in RATIO_KEYS:
             a, b = keel[key], fast[key]
             ratio[key] = round(a / b, 2) if a is not None and b else None
@@ -621,14 +634,14 @@ def report(rows: list[dict[str, Any]], ratio_rows: list[dict[str, Any]], cpu_loa
             q = r["create_only"]
             print(f"  {r['server']:<9} {q['n']:>5} {q['p50_ms']:>8.2f} {q['p99_ms']:>8.2f}")
     if ratio_rows:
-        print("\nKeel / FastMCP (tasks/s: higher is better; latencies: lower is better)")
+        print("\nRatios: Keel / FastMCP, or A / B (tasks/s: higher is better; latencies: lower)")
         print(
-            f"  {'over FastMCP':<12} {'C':>3} {'tasks/s':>8} {'create p50':>11} "
+            f"  {'ratio':<18} {'C':>3} {'tasks/s':>8} {'create p50':>11} "
             f"{'create p99':>11} {'e2e p50':>8} {'e2e p99':>8} {'tasks/s, paired runs':>21}"
         )
         for q in ratio_rows:
             print(
-                f"  {q['server']:<12} {q['clients']:>3} {_x(q['tasks_per_s']):>8} "
+                f"  {q['server']:<18} {q['clients']:>3} {_x(q['tasks_per_s']):>8} "
                 f"{_x(q['create_p50_ms']):>11} {_x(q['create_p99_ms']):>11} "
                 f"{_x(q['e2e_p50_ms']):>8} {_x(q['e2e_p99_ms']):>8} "
                 f"{_x(q['tasks_per_s_paired']):>21}"
@@ -702,6 +715,10 @@ def main() -> None:
         help="FastMCP's Docket backend; this database is FLUSHDB'd before each cell",
     )
     parser.add_argument("--venv", type=Path, default=DEFAULT_VENV, help="the FastMCP venv")
+    parser.add_argument(
+        "--keel-base",
+        help="another checkout (with its .venv), measured as the server keel-base",
+    )
     parser.add_argument("--setup", action="store_true", help="(re)create the FastMCP venv")
     parser.add_argument("--profile", type=Path, help="cProfile the Keel server into this file")
     parser.add_argument("--profile-top", type=int, default=25)
@@ -719,6 +736,8 @@ def main() -> None:
     servers = [s.strip() for s in args.servers.split(",") if s.strip()]
     if not servers or not set(servers) <= set(SERVERS):
         parser.error(f"--servers takes some of {', '.join(SERVERS)}")
+    if ("keel-base" in servers) != bool(args.keel_base):
+        parser.error("--servers keel-base and --keel-base DIR go together")
     clients = [int(c) for c in args.clients.split(",")]
 
     python = fastmcp_python(args.venv, setup=args.setup) if "fastmcp" in servers else None
