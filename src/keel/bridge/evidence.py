@@ -43,7 +43,8 @@ SERVER, CLIENT, PRODUCER = 2, 3, 4  # OTLP span kinds
 FRAGMENTS = (1, CLIENT, PRODUCER)
 """Kinds of a span whose parent is missing (a sampled trace) that begin no call of their
 service: its internal, client and producer spans, the rest of a call whose entry span
-was lost. Judged as calls, their own time (a call's part) would blur the service's."""
+was lost. Their failures count; their own time (a call's part) would blur the service's.
+"""
 EXEMPLARS = 3  # calls kept per entity as citations
 SLOW_QUANTILE = 0.99  # a call slower than this share of the callee's baseline calls is slow
 MIN_CALLS = 20  # baseline calls an entity needs for a slow limit
@@ -287,12 +288,17 @@ def gather(
             parent = trace.spans.get(call.entry[2] or "")
             if parent is not None and trace.call_of[parent[1]].entity != call.entity:
                 callers[call.entity].add(trace.call_of[parent[1]].entity)
-            if parent is None and call.entry[2] is not None and call.entry[4] in FRAGMENTS:
-                continue  # a piece of a call whose entry span was lost: not a call
+            # a piece of a call whose entry span was lost: its failures count, not its time
+            piece = (
+                parent is None
+                and call.entry[2] is not None
+                and call.entry[4] in FRAGMENTS
+                and call.entry[3] == call.entity  # not a whole call to a dependency
+            )
             w = _window_of(call.entry[6], windows)
             if w is not None:
-                _count(seen[w], call, trace.duration(call), kinds[call.entity])
-            if minutes is not None:
+                _count(seen[w], call, trace.duration(call), kinds[call.entity], piece)
+            if minutes is not None and not piece:
                 minutes.count(call)
         _scope(trace, symptom, windows, scope)
     out = _to_json(seen, scope, kinds, callers)
@@ -381,11 +387,11 @@ def own_onset(minutes: Sequence[Sequence[float]], change: Mapping[str, Any]) -> 
     return at, 1 - best / spread if spread > 0 else 0.0
 
 
-def _count(window: _Window, call: _Call, duration: int, kind: str) -> None:
+def _count(window: _Window, call: _Call, duration: int, kind: str, piece: bool) -> None:
     """Count a call; its own time unless it stands for a service's lost span (a caller's
     client span that no span of the callee answered: its length is the callee's whole
-    subtree, not the callee's own time)."""
-    if kind != SERVICE or call.entry[3] == call.entity:
+    subtree, not the callee's own time) or is a ``piece`` of a call (``FRAGMENTS``)."""
+    if not piece and (kind != SERVICE or call.entry[3] == call.entity):
         window.own[call.entity].append(max(call.own_ns, FLOOR_NS))
         window.callees[call.entity].append(call.callees)
     window.calls[call.entity] += 1
