@@ -38,10 +38,10 @@ def test_sqlite_migrate_creates_the_file_then_finds_it_up_to_date(tmp_path):
     """A missing SQLite file is created with every migration; a second run does nothing."""
     first = keel("db", "migrate", "--store", "new.db")
     assert first.exit_code == 0
-    assert first.stdout == "new.db: applied migration(s) 1, 2, 3; schema version 3\n"
+    assert first.stdout == "new.db: applied migration(s) 1, 2, 3, 4; schema version 4\n"
     assert (tmp_path / "new.db").exists()
     again = keel("db", "migrate", "--store", "new.db")
-    assert (again.exit_code, again.stdout) == (0, "new.db: schema version 3, up to date\n")
+    assert (again.exit_code, again.stdout) == (0, "new.db: schema version 4, up to date\n")
 
 
 def test_sqlite_migrate_uses_the_default_location(tmp_path):
@@ -51,7 +51,7 @@ def test_sqlite_migrate_uses_the_default_location(tmp_path):
     assert result.stdout.startswith("keel-data/keel.db: applied migration(s) 1")
     store = SqliteStore(tmp_path / "keel-data" / "keel.db")
     try:
-        assert store.schema_version == 3
+        assert store.schema_version == 4
     finally:
         store.close_sync()
 
@@ -59,8 +59,8 @@ def test_sqlite_migrate_uses_the_default_location(tmp_path):
 def test_migrate_reports_what_it_did(tmp_path):
     """keel.store.migrate returns the report the CLI prints, honouring URL options."""
     url = f"sqlite:///{tmp_path}/k.db?synchronous=normal"
-    assert migrate(url) == MigrationReport(f"{tmp_path}/k.db", (1, 2, 3), 3)
-    assert migrate(url) == MigrationReport(f"{tmp_path}/k.db", (), 3)
+    assert migrate(url) == MigrationReport(f"{tmp_path}/k.db", (1, 2, 3, 4), 4)
+    assert migrate(url) == MigrationReport(f"{tmp_path}/k.db", (), 4)
 
 
 def test_memory_has_no_schema_to_migrate():
@@ -104,12 +104,12 @@ def test_postgres_migrate_applies_once_then_is_up_to_date():
         first = keel("db", "migrate", "--store", url)
         assert first.exit_code == 0, first.stderr
         assert first.stdout.endswith(
-            f"(schema {schema}): applied migration(s) 1, 2; schema version 2\n"
+            f"(schema {schema}): applied migration(s) 1, 2, 3; schema version 3\n"
         )
         again = keel("db", "migrate", "--store", url)
-        assert again.stdout.endswith(f"(schema {schema}): schema version 2, up to date\n")
+        assert again.stdout.endswith(f"(schema {schema}): schema version 3, up to date\n")
         report = migrate(url)
-        assert (report.applied, report.version) == ((), 2)
+        assert (report.applied, report.version) == ((), 3)
         assert report.where.endswith(f"(schema {schema})")
     finally:
         drop_schema(schema)
