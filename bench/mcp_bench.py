@@ -21,7 +21,10 @@ every request (``TasksClientExtension``), calls ``tools/call noop`` with
 ``tasks/get`` at once and every ``--poll-ms`` (10 ms) after that until the task is
 terminal, whatever ``pollIntervalMs`` the server advertised.
 
-For each C in ``--clients`` (1, 8, 32) and each server: a fresh server process, C
+For each C in ``--clients`` (1, 8, 32) and each server, ``--repeat`` times (the runs of
+the servers alternated, so that run r of each was measured seconds apart; the median
+run is reported, and the median of the pairs' tasks/s ratios beside the ratio of the
+medians): a fresh server process, C
 closed-loop clients (one ``mcp.Client``, so one HTTP connection, each), ``--warmup``
 seconds not counted, then ``--measure`` seconds counted:
 
@@ -35,6 +38,13 @@ seconds not counted, then ``--measure`` seconds counted:
     uv run python bench/mcp_bench.py --quick         # a smoke run
     uv run python bench/mcp_bench.py --setup         # (re)create the FastMCP venv first
     uv run python bench/mcp_bench.py --profile bench/results/keel.prof --servers keel
+    uv run python bench/mcp_bench.py --cpu-load 2 --clients 1,8 --repeat 3  # busy machine
+
+``--cpu-load N`` starts N CPU-bound processes (pure-Python busy loops, ``bench/_load.py``)
+before the first cell and stops them after the last (on an error or Ctrl-C too), so both
+servers are measured under the same contention; each row says how many cores the loops
+got in its measured window (``load``) and the load average after it, and the issue-19
+targets (tasks/s x1.5 at 1 client, x2 at 8, e2e p50 at 1 client <= FastMCP's) are checked.
 
 ``--profile`` runs the Keel server under cProfile (``apps/bench_serve.py``) and prints
 its top functions; the numbers of a profiled run are not comparable to the others.
@@ -66,6 +76,7 @@ from typing import Any
 import anyio
 from mcp import Client
 
+from _load import CpuLoad
 from _report import print_targets, write_results
 from keel.mcp.client import Created, Detailed, GetTask, TaskIdParams, TasksClientExtension
 
@@ -351,17 +362,20 @@ async def client_loop(url: str, run: Run, stop_at: float, poll: float) -> None:
                 run.errors.append(f"{type(exc).__name__}: {exc}"[:300])
 
 
-async def drive(server: ServerProcess, clients: int, args: argparse.Namespace) -> dict[str, Any]:
+async def drive(
+    server: ServerProcess, clients: int, args: argparse.Namespace, load: CpuLoad
+) -> dict[str, Any]:
     """C closed-loop clients for warmup + measure seconds; the measured window's numbers."""
     run = Run()
     poll = args.poll_ms / 1000
-    marks: dict[str, tuple[float, float, float]] = {}
+    marks: dict[str, tuple[float, float, float, float]] = {}
     redis = redis_pids() if server.name == "fastmcp" else []
 
     async def mark(at: float, name: str) -> None:
         await anyio.sleep(max(0.0, at - time.perf_counter()))
         rusage = resource.getrusage(resource.RUSAGE_SELF)
-        marks[name] = (server.cpu(), cpu_seconds(redis), rusage.ru_utime + rusage.ru_stime)
+        me = rusage.ru_utime + rusage.ru_stime
+        marks[name] = (server.cpu(), cpu_seconds(redis), me, load.cpu_seconds())
 
     discover_ms = await discover_baseline(server.url, args.discovers)
     creates_ms = await create_only(server.url, args.creates) if clients == 1 else []
@@ -377,7 +391,7 @@ async def drive(server: ServerProcess, clients: int, args: argparse.Namespace) -
     done_in = [s for s in run.samples if warm_end <= s.done <= stop_at]
     started_in = [s for s in run.samples if warm_end <= s.sent and s.done <= stop_at]
     completed = [s for s in done_in if s.status == "completed"]
-    (srv0, red0, me0), (srv1, red1, me1) = marks["warm_end"], marks["stop_at"]
+    (srv0, red0, me0, load0), (srv1, red1, me1, load1) = marks["warm_end"], marks["stop_at"]
     per_task = 1000 / max(1, len(done_in))
     create_ms = [(s.created - s.sent) * 1000 for s in started_in]
     e2e_ms = [(s.done - s.sent) * 1000 for s in started_in]
@@ -398,6 +412,8 @@ async def drive(server: ServerProcess, clients: int, args: argparse.Namespace) -
         "server_cpu_ms_per_task": round((srv1 - srv0) * per_task, 2),
         "redis_cpu_ms_per_task": round((red1 - red0) * per_task, 2) if redis else None,
         "client_cpu_ms_per_task": round((me1 - me0) * per_task, 2),
+        "load_cores": round((load1 - load0) / args.measure, 2),
+        "loadavg": [round(x, 2) for x in os.getloadavg()],
         "server_peak_rss_mib": server.peak_rss_mib(),
         "discover_p50_ms": pct(discover_ms, 50),
         "create_only": {
@@ -427,6 +443,7 @@ def cell(
     python: Path | None,
     tmp: Path,
     profile: Path | None,
+    load: CpuLoad,
 ) -> dict[str, Any]:
     """A fresh server (fresh SQLite file, or flushed Redis db), measured with C clients."""
     if name.startswith("keel"):
@@ -438,7 +455,7 @@ def cell(
         server = start_fastmcp(args, python)
     try:
         server.wait_ready()
-        row = anyio.run(drive, server, clients, args)
+        row = anyio.run(drive, server, clients, args, load)
     finally:
         server.stop()
     if name.startswith("keel"):
@@ -454,7 +471,19 @@ def median_row(runs: list[dict[str, Any]]) -> dict[str, Any]:
     runs = sorted(runs, key=lambda r: r["tasks_per_s"])
     row = dict(runs[len(runs) // 2])
     row["runs"] = [
-        {k: r[k] for k in ("tasks_per_s", "create_p50_ms", "e2e_p50_ms", "errors")} for r in runs
+        {
+            k: r[k]
+            for k in (
+                "tasks_per_s",
+                "create_p50_ms",
+                "e2e_p50_ms",
+                "polls_per_task",
+                "errors",
+                "load_cores",
+                "loadavg",
+            )
+        }
+        for r in runs
     ]
     return row
 
@@ -474,6 +503,10 @@ def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for key in RATIO_KEYS:
             a, b = keel[key], fast[key]
             ratio[key] = round(a / b, 2) if a is not None and b else None
+        # Run r of each server ran back to back: the median of those pairs' ratios.
+        pairs = zip(keel["run_tasks_per_s"], fast["run_tasks_per_s"], strict=True)
+        paired = [a / b for a, b in pairs if b]
+        ratio["tasks_per_s_paired"] = round(statistics.median(paired), 2) if paired else None
         out.append(ratio)
     return out
 
@@ -524,12 +557,45 @@ def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return checks
 
 
-def report(rows: list[dict[str, Any]], ratio_rows: list[dict[str, Any]]) -> None:
+def contention_targets(rows: list[dict[str, Any]], cpu_load: int) -> list[dict[str, Any]]:
+    """Issue 19's targets under ``--cpu-load`` (none on a quiet run)."""
+    if cpu_load <= 0:
+        return []
+    by = {(r["server"], r["clients"]): r for r in rows}
+    checks: list[dict[str, Any]] = []
+    for c, factor in ((1, 1.5), (8, 2.0)):
+        keel, fast = by.get(("keel", c)), by.get(("fastmcp", c))
+        if keel and fast:
+            a, b = keel["tasks_per_s"], fast["tasks_per_s"]
+            checks.append(
+                {
+                    "target": f"--cpu-load {cpu_load}: tasks/s at {c} client(s) >= {factor:g}x "
+                    "FastMCP's",
+                    "measured": f"{a} vs {b} tasks/s (x{a / b:.2f})" if b else f"{a} vs {b}",
+                    "ok": bool(b) and a >= factor * b,
+                }
+            )
+    keel1, fast1 = by.get(("keel", 1)), by.get(("fastmcp", 1))
+    if keel1 and fast1 and keel1["e2e_p50_ms"] and fast1["e2e_p50_ms"]:
+        a, b = keel1["e2e_p50_ms"], fast1["e2e_p50_ms"]
+        checks.append(
+            {
+                "target": f"--cpu-load {cpu_load}: e2e p50 at 1 client <= FastMCP's",
+                "measured": f"{a} vs {b} ms (x{a / b:.2f})",
+                "ok": a <= b,
+            }
+        )
+    return checks
+
+
+def report(rows: list[dict[str, Any]], ratio_rows: list[dict[str, Any]], cpu_load: int) -> None:
     print("\nno-op tasks over Streamable HTTP: tools/call -> CreateTaskResult, tasks/get to done")
+    if cpu_load:
+        print(f"  under --cpu-load {cpu_load}: {cpu_load} busy pure-Python processes all run long")
     print(
         f"  {'server':<9} {'C':>3} {'tasks':>6} {'tasks/s':>8} {'create p50/p99 ms':>18} "
         f"{'e2e p50/p99 ms':>18} {'polls':>6} {'err':>4} {'srv cpu':>8} {'redis':>6} "
-        f"{'client':>7} {'rss MiB':>8} {'disc p50':>9}"
+        f"{'client':>7} {'rss MiB':>8} {'disc p50':>9} {'load':>5} {'ldavg':>6}"
     )
     for r in rows:
         redis = "-" if r["redis_cpu_ms_per_task"] is None else f"{r['redis_cpu_ms_per_task']:.1f}"
@@ -540,11 +606,12 @@ def report(rows: list[dict[str, Any]], ratio_rows: list[dict[str, Any]]) -> None
             f"{r['polls_per_task'] or 0:>6.2f} {r['errors'] + r['not_completed']:>4} "
             f"{r['server_cpu_ms_per_task']:>8.2f} {redis:>6} "
             f"{r['client_cpu_ms_per_task']:>7.2f} {r['server_peak_rss_mib']:>8.1f} "
-            f"{r['discover_p50_ms'] or 0:>9.2f}"
+            f"{r['discover_p50_ms'] or 0:>9.2f} {r['load_cores']:>5.2f} {r['loadavg'][0]:>6.2f}"
         )
     print(
         "  (cpu columns: ms of CPU per task in the measured window; disc p50: one client's "
-        "server/discover round trip, ms, before the load)"
+        "server/discover round trip, ms, before the load;\n   load: cores the --cpu-load "
+        "processes got in the measured window; ldavg: 1-minute load average after the cell)"
     )
     alone = [r for r in rows if r["create_only"]["n"]]
     if alone:
@@ -557,13 +624,14 @@ def report(rows: list[dict[str, Any]], ratio_rows: list[dict[str, Any]]) -> None
         print("\nKeel / FastMCP (tasks/s: higher is better; latencies: lower is better)")
         print(
             f"  {'over FastMCP':<12} {'C':>3} {'tasks/s':>8} {'create p50':>11} "
-            f"{'create p99':>11} {'e2e p50':>8} {'e2e p99':>8}"
+            f"{'create p99':>11} {'e2e p50':>8} {'e2e p99':>8} {'tasks/s, paired runs':>21}"
         )
         for q in ratio_rows:
             print(
                 f"  {q['server']:<12} {q['clients']:>3} {_x(q['tasks_per_s']):>8} "
                 f"{_x(q['create_p50_ms']):>11} {_x(q['create_p99_ms']):>11} "
-                f"{_x(q['e2e_p50_ms']):>8} {_x(q['e2e_p99_ms']):>8}"
+                f"{_x(q['e2e_p50_ms']):>8} {_x(q['e2e_p99_ms']):>8} "
+                f"{_x(q['tasks_per_s_paired']):>21}"
             )
     for r in rows:
         for error in r["error_sample"]:
@@ -637,6 +705,12 @@ def main() -> None:
     parser.add_argument("--setup", action="store_true", help="(re)create the FastMCP venv")
     parser.add_argument("--profile", type=Path, help="cProfile the Keel server into this file")
     parser.add_argument("--profile-top", type=int, default=25)
+    parser.add_argument(
+        "--cpu-load",
+        type=int,
+        default=0,
+        help="N CPU-bound processes (pure-Python busy loops) beside both servers, all run long",
+    )
     parser.add_argument("--quick", action="store_true", help="1 s warm-up, 3 s measured")
     parser.add_argument("--out", default="bench/results/mcp_bench.json")
     args = parser.parse_args()
@@ -663,31 +737,40 @@ def main() -> None:
     started = time.monotonic()
     load_before = os.getloadavg()
     rows: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="keel-mcp-bench-") as name:
+    with (
+        tempfile.TemporaryDirectory(prefix="keel-mcp-bench-") as name,
+        CpuLoad(args.cpu_load) as load,  # for the whole run; stopped however it ends
+    ):
         tmp = Path(name)
         disk = {"filesystem": filesystem_of(tmp), **fsync_probe(tmp)}
         _progress(f"fsync on {disk['filesystem']} ({tmp}): p50 {disk['p50_ms']} ms")
+        _progress(f"CPU load: {load.describe()}")
         for i, c in enumerate(clients):
-            # Alternate which server goes first, so drift in the machine's load is shared.
-            order = servers if i % 2 == 0 else servers[::-1]
-            for server in order:
-                runs = [
-                    cell(server, c, args, python, tmp, profile_path(args.profile, c, server))
-                    for _ in range(args.repeat)
-                ]
-                row = median_row(runs)
+            runs: dict[str, list[dict[str, Any]]] = {server: [] for server in servers}
+            for r in range(args.repeat):
+                # Alternate which server goes first, run by run, so that drift in the
+                # machine's load is shared (pairs of runs seconds apart).
+                order = servers if (i + r) % 2 == 0 else servers[::-1]
+                for server in order:
+                    profile = profile_path(args.profile, c, server)
+                    runs[server].append(cell(server, c, args, python, tmp, profile, load))
+            for server in servers:
+                row = median_row(runs[server])
+                row["run_tasks_per_s"] = [run["tasks_per_s"] for run in runs[server]]
                 rows.append(row)
                 _progress(
                     f"{server} C={c}: {row['tasks_per_s']} tasks/s, create p50 "
                     f"{row['create_p50_ms']} ms, e2e p50 {row['e2e_p50_ms']} ms, "
-                    f"errors {row['errors']}"
+                    f"errors {row['errors']}, load {row['load_cores']} cores, "
+                    f"loadavg {row['loadavg'][0]}"
                 )
+        load_cpu_s = round(load.cpu_seconds(), 1)
     if python is not None:
         redis_call(python, args.redis_url, "r.flushdb()")  # leave nothing behind
     rows.sort(key=lambda r: (r["clients"], SERVERS.index(r["server"])))
     ratio_rows = ratios(rows)
-    report(rows, ratio_rows)
-    checks = targets(rows)
+    report(rows, ratio_rows, args.cpu_load)
+    checks = targets(rows) + contention_targets(rows, args.cpu_load)
     print_targets(checks)
     profile_rows = {}
     for server in servers:
@@ -707,6 +790,11 @@ def main() -> None:
         fsync=disk,
         loadavg_before=[round(x, 2) for x in load_before],
         loadavg_after=[round(x, 2) for x in os.getloadavg()],
+        cpu_load={
+            "processes": args.cpu_load,
+            "what": load.describe(),
+            "cpu_s": load_cpu_s,
+        },
         results=rows,
         ratios=ratio_rows,
         targets=checks,

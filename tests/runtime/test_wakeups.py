@@ -4,6 +4,7 @@ with a claim interval of an hour, only that wake-up can start them."""
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -11,7 +12,7 @@ import pytest
 
 from keel.model import Status
 from keel.runtime import Keel, TaskContext
-from keel.store import MemoryStore, Store
+from keel.store import MemoryStore, SqliteStore, Store
 
 from .support import SERVICE, parks, running, settles, worker
 
@@ -102,3 +103,78 @@ async def test_a_wake_up_during_a_claim_is_not_lost() -> None:
         task = await app.submit("double", {"n": 4})
         done = await settles(store, task.task_id)
     assert done.status is Status.COMPLETED
+
+
+def transactions(statements: list[str]) -> list[list[str]]:
+    """The write transactions in a log of SQL statements: what ran from each
+    ``BEGIN IMMEDIATE`` to its ``COMMIT`` (empty ones left out)."""
+    found: list[list[str]] = []
+    current: list[str] | None = None
+    for statement in statements:
+        if statement.startswith("BEGIN IMMEDIATE"):
+            current = []
+        elif statement.startswith(("COMMIT", "ROLLBACK")):
+            if current and statement.startswith("COMMIT"):
+                found.append(current)
+            current = None
+        elif current is not None:
+            current.append(statement)
+    return found
+
+
+async def test_a_task_submitted_to_an_idle_worker_is_claimed_in_its_create_commit(
+    sqlite_store: SqliteStore,
+) -> None:
+    """The worker is woken as the create is queued, so its claim runs in the create's
+    transaction: one commit (one fsync) to create and claim a task, one to complete it."""
+    app = app_on(sqlite_store)
+    statements: list[str] = []
+    async with running(worker(app, claim_interval=HOUR)):
+        for n in range(3):
+            statements.clear()
+            sqlite_store._db.sql.set_trace_callback(statements.append)
+            task = await app.submit("double", {"n": n})
+            done = await settles(sqlite_store, task.task_id)
+            sqlite_store._db.sql.set_trace_callback(None)
+            assert done.status is Status.COMPLETED
+            # The write transactions that touched this task (sweeps come and go beside).
+            writes = [t for t in transactions(statements) if any(task.task_id in s for s in t)]
+            assert len(writes) == 2, writes
+            create, complete = writes
+            assert any("INSERT INTO tasks" in s for s in create), create
+            assert any("UPDATE tasks SET" in s for s in create), create  # the claim
+            assert any("UPDATE tasks SET" in s for s in complete), complete
+            actors = [e.actor for e in await sqlite_store.history(task.task_id)]
+            assert actors[0] == "client", actors
+            assert actors[1].startswith("worker"), actors  # the claim, right after the create
+
+
+class CountedClaims(SqliteStore):
+    """A SQLite store that counts the claims made on it."""
+
+    claims = 0
+
+    async def claim(self, *args: Any, **kwargs: Any) -> Any:
+        self.claims += 1
+        return await super().claim(*args, **kwargs)
+
+
+async def test_an_idle_worker_claims_twice_per_task_at_most(tmp_path: Path) -> None:
+    """No claim beyond the one that takes the task (in its create's commit) and the one
+    that shares its completion's: after a claim that got fewer tasks than it asked for
+    the worker waits to be woken, and an attempt's end wakes it once, not twice."""
+    store = CountedClaims(tmp_path / "keel.db")
+    app = app_on(store)
+    quiet = {"claim_interval": HOUR, "recover_interval": HOUR, "watch_interval": HOUR}
+    try:
+        async with running(worker(app, **quiet)):
+            first = await app.submit("double", {"n": 0})  # the worker is warmed up
+            await settles(store, first.task_id)
+            before = store.claims
+            for n in range(10):
+                task = await app.submit("double", {"n": n})
+                done = await settles(store, task.task_id)
+                assert done.status is Status.COMPLETED
+            assert store.claims - before <= 2 * 10, store.claims - before
+    finally:
+        await store.close()

@@ -439,7 +439,10 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
     if check:
         return
     if transport == "stdio":
-        run_stdio(served.server, settings.closed)  # SIGTERM: tasks given back, store closed
+        # SIGTERM: listen streams closed with their result, tasks given back, store closed
+        run_stdio(
+            served.server, settings.closed, on_stop=settings.stopping, draining=settings.draining
+        )
         return
     _run_http(served, settings, host, port, access, mounts, json_logs=log_format == "json")
 

@@ -252,6 +252,11 @@ class Keel:
         missing = [key for key in requests if key not in (answers or {})]
         if missing:
             raise InvalidPayload(f"task {name!r} needs input {missing[0]!r} before it starts")
+        # Wake this process's idle workers now, not only once the task is committed: the
+        # claim they make at once is queued behind the create, and the store commits both
+        # as one group (one fsync, no second wait for the disk before the task runs). A
+        # claim that misses it (another loop, a plan) finds the task after the second call.
+        self.events.ready()
         task = await self.store.create(
             name=name,
             arguments=args,

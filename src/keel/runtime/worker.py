@@ -71,6 +71,7 @@ from keel.runtime.outcomes import (
     tool_result,
 )
 from keel.store import Store
+from keel.store.base import MAX_CLAIM_BATCH
 from keel.store.protocol import WakeUps
 from keel.telemetry import tracing
 from keel.telemetry.health import worker_started, worker_stopped
@@ -286,8 +287,8 @@ class Worker:
                 attempt = _Attempt(task, trace_parent=parents.get(task.task_id))
                 self._running[task.task_id] = attempt
                 tg.start_soon(self._run_attempt, attempt)
-            if claimed and self._busy < self.concurrency:
-                continue  # there may be more ready right now
+            if len(claimed) >= min(free, MAX_CLAIM_BATCH) > 0 and self._busy < self.concurrency:
+                continue  # it took all it asked for: there may be more ready right now
             if self.stopping:
                 break
             with anyio.move_on_after(self.claim_interval):
@@ -413,14 +414,17 @@ class Worker:
 
     async def _run_attempt(self, attempt: _Attempt) -> None:
         task = attempt.task
+        given_back = False
         try:
             outcome = await self._attempt(attempt)
             with anyio.CancelScope(shield=True):
+                given_back = True  # its slot is freed (and claimed into) from here on
                 await self._give_back(attempt, outcome)
         finally:
             if self._running.get(task.task_id) is attempt:
                 del self._running[task.task_id]
-            self._poke()
+            if self._stopping or not given_back:
+                self._poke()  # a stop waits for the last attempt; a slot freed only now
 
     async def _attempt(self, attempt: _Attempt) -> AttemptOutcome:
         """Run the handler once; how it ended. An attempt stopped from outside (its scope

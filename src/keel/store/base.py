@@ -196,6 +196,11 @@ class TxStore:
     def _now(self) -> float:
         return self._clock()
 
+    def _writes_queued(self) -> bool:
+        """Whether writes made on this event loop wait to run as a group: a claim made now
+        joins that group rather than look first (the look could not see them)."""
+        return False
+
     async def _run(self, op: Op[T], *, write: bool) -> T:
         """Run ``op`` in one transaction: all its writes commit together, or none do."""
         raise NotImplementedError
@@ -474,8 +479,11 @@ class TxStore:
 
         # Idle workers poll: look first with a read, which never queues for the write lock,
         # and take the lock only when there is something to claim (the claim re-checks).
-        # After a claim that filled its batch there is likely more: skip the look then.
-        if wanted not in self._claims_full and not await self._run(
+        # After a claim that filled its batch there is likely more: skip the look then;
+        # and when writes wait to commit as a group (a create, say), whose lock the claim
+        # shares: it runs after them, in their transaction, and sees what they wrote.
+        looked = wanted in self._claims_full or self._writes_queued()
+        if not looked and not await self._run(
             Op(lambda tx: tx.ready(wanted, self._now(), 1), picks=Picks.READY), write=False
         ):
             return []

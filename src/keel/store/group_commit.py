@@ -215,6 +215,11 @@ class Lane:
         """Futures of ops submitted and not answered yet."""
 
     @property
+    def queued(self) -> bool:
+        """Ops wait for the next group (not yet running)."""
+        return bool(self._queue)
+
+    @property
     def idle(self) -> bool:
         """Nothing queued or running: the lane may be dropped."""
         return not self.inflight and not self.flushing and not self._scheduled

@@ -59,6 +59,8 @@ class GroupState:
         self.cancelled: set[str] = set()
         self.changed: set[str] = set()
         """Tasks written (for the change feed, :mod:`keel.store.changes`)."""
+        self._sent_updates: list[tuple[psycopg.Cursor[Any], int]] = []
+        """Updates sent whose row counts :meth:`check` has not looked at yet."""
 
     def preload(self, cur: psycopg.Cursor[dict[str, Any]], task_ids: Sequence[str]) -> None:
         ids = [i for i in task_ids if i not in self.cache]
@@ -90,15 +92,24 @@ class GroupState:
                            old_fence=stored.fence)  # fmt: skip
                 rows.append(row)
             self.updates = {}
-            cur.executemany(Q["update_task"], rows)
-            if cur.rowcount != len(rows):
-                # The rows are locked: this cannot happen. If it does, refuse the group.
-                raise StoreError("a task changed under a locked write; nothing was written")
+            # A cursor of their own: its row count is read after the answers came (see
+            # check), which a write group in pipeline mode waits for only before COMMIT.
+            updating = cur.connection.cursor()
+            updating.executemany(Q["update_task"], rows)
+            self._sent_updates.append((updating, len(rows)))
             self.wrote = True
         if self.events:
             events, self.events = self.events, []
             cur.executemany(Q["insert_event"], events)
             self.wrote = True
+
+    def check(self) -> None:
+        """Refuse the group if a held-back update sent matched no row (once its answers
+        came): the rows are locked, so this cannot happen; if it does, nothing commits."""
+        sent, self._sent_updates = self._sent_updates, []
+        for updating, expected in sent:
+            if updating.rowcount != expected:
+                raise StoreError("a task changed under a locked write; nothing was written")
 
     def mark(self) -> Mark:
         """What to go back to if the next call is refused (see :meth:`undo`)."""

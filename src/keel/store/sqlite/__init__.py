@@ -153,6 +153,15 @@ class SqliteStore(TxStore):
         self._db.check_open()
         return await lane.submit(op)  # type: ignore[no-any-return]
 
+    def _writes_queued(self) -> bool:
+        lane = self._lane
+        if lane is None or not lane.queued:
+            return False
+        try:
+            return lane.loop is asyncio.get_running_loop()
+        except RuntimeError:  # pragma: no cover - not on asyncio
+            return False
+
     def _late(self) -> StoreUnavailable:
         """The answer of a write that waited the whole timeout."""
         return StoreUnavailable(
