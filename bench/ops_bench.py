@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sqlite3
 import statistics
 import tempfile
@@ -260,11 +261,13 @@ async def main(args: argparse.Namespace) -> None:
         for label, row in rows.items()
     ]
     print_targets(checks)
+    load = [round(x, 2) for x in os.getloadavg()]
+    print(f"  load average (1, 5, 15 min): {load[0]} {load[1]} {load[2]}")
     kind = "postgres" if args.store and args.store.startswith("postgres") else "sqlite"
     name = f"ops-{kind}-{args.tasks}" + (f"-leases-{args.leases}" if args.leases else "")
     out = write_results(
         f"bench/results/{name}.json", "ops_bench", args,
-        fill_seconds=round(seconds, 1), pages=rows, checks=checks,
+        fill_seconds=round(seconds, 1), pages=rows, checks=checks, load_average=load,
     )  # fmt: skip
     print(f"\nresults: {out}")
 
