@@ -3,14 +3,15 @@ a real ``keel serve`` (its workers run the tasks) on a loopback port.
 
 An operator opens /ops (a task created meanwhile appears on it live), finds the task
 waiting for input by its link, answers it through the form generated from its schema
-and sees it complete live (server-sent events, no reload); then cancels a running task.
-The same with a real Incident Bridge diagnosis: ``keel serve`` as it ships (the Bridge,
-its sample data, a SQLite store), a diagnosis started over MCP that asks which service
-is affected, answered in the console, completing live with its conclusion shown.
-A dead-lettered task is retried with Retry and the new task completes. Behind
-``--auth`` a wrong token is refused at the sign-in form and the right one accepted. Each page is
-screenshotted (into ``$KEEL_OPS_SCREENSHOTS`` too when it is set: that is
-how ``docs/ops-*.png`` are made).
+and sees it complete live (server-sent events, no reload); finds the running task's
+worker on Workers and health; then cancels that running task. The same with a real
+Incident Bridge diagnosis: ``keel serve`` as it ships (the Bridge, its sample data, a
+SQLite store), a diagnosis started over MCP that asks which service is affected,
+answered in the console, completing live with its conclusion shown. A dead-lettered
+task is retried with Retry and the new task completes. Behind ``--auth`` a wrong token
+is refused at the sign-in form and the right one accepted. Each page is screenshotted
+(into ``$KEEL_OPS_SCREENSHOTS`` too when it is set: that is how ``docs/ops-*.png`` are
+made).
 """
 
 from __future__ import annotations
@@ -139,6 +140,16 @@ async def test_an_operator_answers_a_waiting_task_and_cancels_a_running_one(
             await expect(page.locator("#result")).to_contain_text('"replicas": 3')
             await expect(page.locator("ol.timeline")).to_contain_text("local operator")
             await _shot(page, tmp_path, "task-completed")
+
+            # Workers and health: keel serve's worker holds the spinning task's lease.
+            worker = (await store.get(spin.task_id)).lease_owner
+            assert worker is not None
+            await page.goto(f"{base_of(server)}/ops/workers")
+            await expect(page.locator(f"tr[data-worker-row='{worker}']")).to_contain_text("1")
+            await page.get_by_role("link", name=worker).click()
+            leases = page.locator(f"table[data-worker='{worker}']")
+            await expect(leases).to_contain_text(spin.task_id)
+            await _shot(page, tmp_path, "workers")
 
             await page.goto(f"{base_of(server)}/ops/?status=working")
             await page.get_by_role("link", name=spin.task_id).click()
