@@ -38,6 +38,7 @@ from keel.store.rows import task_from_row
 __all__ = [
     "MAX_STUCK",
     "LeaseMark",
+    "SqlLeaseReads",
     "StuckTasks",
     "WorkerLeases",
     "check_deadlines",
@@ -237,3 +238,50 @@ def memory_stuck(
         [task_from_row(r) for r in waiting[:limit]],
         [(task_from_row(r), claimed) for _, _, r, claimed in overdue[:limit]],
     )
+
+
+class SqlLeaseReads:
+    """The three reads as an SQL adapter's transaction runs them (a mixin of its ``Tx``):
+    each adapter supplies how a named statement of its ``leases.sql`` is run
+    (:meth:`_rows`) and how per-tool deadlines are passed to ``claimed_before``
+    (:meth:`_deadline_params`); the rest is the same on every SQL store."""
+
+    def _rows(self, query: str, params: dict[str, Any]) -> list[Mapping[str, Any]]:
+        raise NotImplementedError
+
+    def _deadline_params(self, cutoffs: Mapping[str, float]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _tasks(self, query: str, params: dict[str, Any]) -> list[Task]:
+        return [task_from_row(r) for r in self._rows(query, params)]
+
+    def worker_leases(self, now: float) -> list[WorkerLeases]:
+        return [
+            WorkerLeases(
+                r["worker"],
+                int(r["leases"]),
+                int(r["expired"]),
+                r["last_renewal"],
+                r["oldest_renewal"],
+                r["next_expiry"],
+            )
+            for r in self._rows("worker_leases", {"now": now})
+        ]
+
+    def leased_by(self, worker: str, mark: LeaseMark | None, limit: int) -> list[Task]:
+        if mark is None:
+            return self._tasks("leased_by", {"worker": worker, "limit": limit})
+        params = {"worker": worker, "mark_at": mark.expires_at, "mark_id": mark.task_id}
+        return self._tasks("leased_by_after", {**params, "limit": limit})
+
+    def stuck(
+        self, now: float, waiting_before: float, cutoffs: Mapping[str, float], limit: int
+    ) -> tuple[list[Task], list[Task], list[tuple[Task, float]]]:
+        lapsed = self._tasks("lapsed_leases", {"now": now, "limit": limit})
+        waiting = self._tasks("waiting_since", {"before": waiting_before, "limit": limit})
+        overdue = []
+        if cutoffs:
+            params = {**self._deadline_params(cutoffs), "limit": limit}
+            rows = self._rows("claimed_before", params)
+            overdue = [(task_from_row(r), float(r["claimed_at"])) for r in rows]
+        return lapsed, waiting, overdue
