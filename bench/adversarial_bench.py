@@ -579,9 +579,14 @@ def sqlite_ids(db: Path) -> list[str]:
 
 
 def sqlite_statuses(db: Path) -> dict[str, int]:
-    """Tasks per status in ``db`` opened alone (no -wal beside it: what a copy holds)."""
-    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
-        return dict(conn.execute("SELECT status, count(*) FROM tasks GROUP BY status").fetchall())
+    """Tasks per status in ``db`` alone (no -wal beside it: what a copy holds), read from
+    a copy: a read-only open of ``db`` itself would leave an empty -wal and -shm beside it,
+    changing what the next open of the store finds."""
+    with tempfile.TemporaryDirectory() as scratch:
+        copy = Path(shutil.copyfile(db, Path(scratch) / db.name))
+        with contextlib.closing(sqlite3.connect(f"file:{copy}?mode=ro", uri=True)) as conn:
+            rows = conn.execute("SELECT status, count(*) FROM tasks GROUP BY status")
+            return dict(rows.fetchall())
 
 
 # --- the file -----------------------------------------------------------------------
@@ -754,12 +759,19 @@ def wait_for(condition: Any, within: float = SETTLE) -> bool:
     return True
 
 
+def live_statuses(db: Path) -> dict[str, int]:
+    """Tasks per status in ``db`` while a server has it open (its -wal included)."""
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+        rows = conn.execute("SELECT status, count(*) FROM tasks GROUP BY status")
+        return dict(rows.fetchall())
+
+
 def settled(db: Path, count: int) -> dict[str, int]:
-    """Tasks per status in ``db`` once none of ``count`` is live any more (or after
-    twice :data:`SETTLE` seconds)."""
+    """Tasks per status in ``db``, which a server has open, once none of ``count`` is
+    live any more (or after twice :data:`SETTLE` seconds)."""
     deadline = time.monotonic() + 2 * SETTLE
     while True:
-        statuses = sqlite_statuses(db)
+        statuses = live_statuses(db)
         finished = sum(statuses.get(s, 0) for s in ("completed", "failed", "cancelled"))
         if finished >= count or time.monotonic() > deadline:
             return statuses

@@ -92,7 +92,9 @@ async def test_a_store_whose_wal_was_deleted_after_a_crash_is_refused(tmp_path: 
         assert f"{db}-wal is missing" in str(refused.value)
         assert isinstance(refused.value, StoreError)
         assert _digest(db) == before
-        _lose_wal(db)  # the refused open made an empty one
+        assert wal_size(db) is None, "the refused open left no log behind"
+        with pytest.raises(WalLost):
+            SqliteStore(db)  # nor does a second try take an empty log for a survivor
 
         result = _keel("tasks", "list", "--store", str(db))
         assert result.returncode == 1, (result.stdout, result.stderr)
@@ -100,7 +102,6 @@ async def test_a_store_whose_wal_was_deleted_after_a_crash_is_refused(tmp_path: 
         [line] = result.stderr.splitlines()
         assert line.startswith(f"keel: error: store {db} was not closed cleanly")
         assert "?lost_wal=accept" in line
-        _lose_wal(db)
 
         accepted = open_store(f"sqlite:///{db}?lost_wal=accept")
         try:

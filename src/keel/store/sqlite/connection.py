@@ -37,7 +37,7 @@ from pathlib import Path
 from keel.errors import NotAStore, StoreError
 from keel.store.sqlfiles import load_migrations
 from keel.store.sqlite.faults import fault_of, is_busy, translate
-from keel.store.sqlite.sessions import LostWal, Session, wal_present
+from keel.store.sqlite.sessions import LostWal, Session, opening, wal_present
 
 __all__ = [
     "CACHE_KIB",
@@ -109,14 +109,23 @@ class Connection:
                 _create(path, synchronous, busy_timeout)
             if not new:
                 check_file(path)
-            wal_was_present = wal_present(path)
-            self.sql = sqlite3.connect(
-                path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
-            )
+            with opening(path, alone=new):
+                self._open(synchronous, busy_timeout, new=new, lost_wal=lost_wal)
         except OSError as exc:  # its folder cannot be made, a name too long …
             raise StoreError(f"cannot open store {path}: {exc.strerror or exc}") from exc
+
+    def _open(
+        self, synchronous: Synchronous, busy_timeout: float, *, new: bool, lost_wal: LostWal
+    ) -> None:
+        """Connect, configure, migrate and record the connection (under :func:`opening`:
+        whether the log was there is asked before anyone else connects meanwhile)."""
+        wal_was_present = wal_present(self.path)
+        try:
+            self.sql = sqlite3.connect(
+                self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
+            )
         except sqlite3.Error as exc:
-            raise translate(exc, path) from exc
+            raise translate(exc, self.path) from exc
         self.sql.row_factory = sqlite3.Row
         try:
             self._configure(synchronous, busy_timeout)
@@ -125,11 +134,21 @@ class Connection:
                 self._begin_session(wal_was_present, lost_wal)
             self.sql.execute("PRAGMA busy_timeout = 0")
         except sqlite3.Error as exc:
-            self.sql.close()
-            raise translate(exc, path) from exc
+            self._abandon(wal_was_present)
+            raise translate(exc, self.path) from exc
         except BaseException:
-            self.sql.close()
+            self._abandon(wal_was_present)
             raise
+
+    def _abandon(self, wal_was_present: bool) -> None:
+        """Close a connection whose open failed; if it made the log (there was none), take
+        that empty log away again: a refused store must be left as it was, and the next
+        open must not take this empty log for one that survived a crash."""
+        self.sql.close()
+        wal = Path(f"{self.path}-wal")
+        if not wal_was_present and wal.exists() and wal.stat().st_size == 0:
+            wal.unlink(missing_ok=True)
+            Path(f"{self.path}-shm").unlink(missing_ok=True)
 
     def _begin_session(self, wal_was_present: bool, lost_wal: LostWal) -> None:
         """Record this connection (see :mod:`.sessions`), refusing a store whose log was

@@ -17,24 +17,34 @@ of processes of this host that are alive are not counted (one may be opening jus
 now); rows of processes that died while the log survived are removed at the next open
 (their commits were recovered from the log).
 
+Opens are serialized (:func:`opening`, a lock of the store's folder), so that two
+processes opening at once cannot each take the other's new log for the old one.
+
 ``?lost_wal=accept`` in the store URL opens such a store anyway: the stale rows are
 removed and the store goes on with what the file holds.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import socket
 import sqlite3
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 
 from keel.errors import WalLost
 
-__all__ = ["LostWal", "Session", "wal_present"]
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX: opens are not serialized
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["LostWal", "Session", "opening", "wal_present"]
 
 
 class LostWal(StrEnum):
@@ -48,6 +58,31 @@ def wal_present(path: Path) -> bool:
     """Whether ``path``'s write-ahead log is beside it (asked before connecting: the
     connection creates one)."""
     return Path(f"{path}-wal").exists()
+
+
+@contextlib.contextmanager
+def opening(path: Path, *, alone: bool = False) -> Iterator[None]:
+    """Opens of ``path`` one at a time, across processes: "was the log there?" must be
+    asked before another opener's connection makes a new one, and answered together with
+    reading and tidying the recorded connections. The lock is an exclusive ``flock`` of
+    the folder (not of the database file: closing another descriptor of it would drop
+    SQLite's own locks in this process; not of a file of its own, which would outlive
+    the store), held for milliseconds, or as long as a busy write lock makes the open
+    wait (``busy_timeout`` bounds that). ``alone``: a file no other process can know of
+    yet (a new store's draft): nothing to serialize."""
+    if alone or fcntl is None:
+        yield
+        return
+    try:
+        folder = os.open(path.parent, os.O_RDONLY)
+    except OSError:  # SQLite's own open then says what is wrong
+        yield
+        return
+    try:
+        fcntl.flock(folder, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(folder)  # releases the lock
 
 
 def _alive(pid: int) -> bool:
