@@ -381,7 +381,8 @@ class PostgresStore(TxStore):
             try:
                 # Pipelined: a statement whose answer nothing waits for (BEGIN, the held-back
                 # updates and history, the write log) travels with the next one that is
-                # waited for; the group's last ones are answered by one sync before COMMIT.
+                # waited for; the group's last ones are answered by the one sync that ends
+                # the pipeline, before COMMIT.
                 with conn.pipeline() as pipe:
                     cur.execute(b"BEGIN")
                     # The operation id first (it travels with the first statement answered):
@@ -397,8 +398,7 @@ class PostgresStore(TxStore):
                     state.flush(cur)
                     if state.wrote:
                         self._maybe_trim(cur)
-                    pipe.sync()
-                    state.check()
+                state.check()
                 if not state.wrote:
                     _rollback(conn)  # nothing written (a claim that found nothing): no id kept
                     return outcomes, state
