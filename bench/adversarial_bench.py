@@ -20,15 +20,23 @@ sent again, and each row says what the issue reported then and what happens now:
   ``keel.db`` copied alone after a SIGTERM holds every acknowledged task; ``keel backup``
   while tasks are being created gives a copy that passes ``keel check``.
 
+* **the disk and the WAL**: the no-op app's store on a small filesystem of its own (a
+  tmpfs mounted for the run; needs root) filled while a client creates tasks: how the
+  refusals read, whether the server lives through it, and whether every acknowledged
+  task completes once there is room again (none dead-lettered); and a store whose
+  server was SIGKILLed after its tasks completed, its ``-wal`` (and ``-shm``) then
+  deleted: what ``keel check``, ``keel tasks list`` and ``keel serve`` say, and how
+  many acknowledged completions the file still holds.
+
 Not repeated here: PostgreSQL down and back (``bench/failure_bench.py``) and the
-old-protocol ``initialize`` flood (``bench/flood_bench.py``). Not re-run: a disk
-filling up, and a WAL deleted after a crash.
+old-protocol ``initialize`` flood (``bench/flood_bench.py``).
 
     uv run python bench/adversarial_bench.py             # everything: 2-4 min on a busy 2-core VM
     uv run python bench/adversarial_bench.py --no-postgres
+    uv run python bench/adversarial_bench.py --only disk  # the full disk and the WAL: 1 min
 
 Prints a table (try | issue reported | now | ok?) and writes JSON (``--out``, default
-``bench/results/adversarial_bench.json``). Exit code 1 if any try regressed.
+``bench/results/adversarial_bench.json``). Exit code 1 if any try fails.
 """
 
 from __future__ import annotations
@@ -54,6 +62,7 @@ import anyio
 import httpx2
 import psycopg
 from mcp import Client
+from mcp.shared.exceptions import MCPError
 
 from _report import write_results
 from keel.mcp.client import Created
@@ -77,6 +86,9 @@ SERVE_TIMEOUT = 90.0  # seconds keel serve or keel worker may take to refuse a s
 PARALLEL = max(2, os.cpu_count() or 1)  # keel commands at once
 SETTLE = 30.0  # seconds a task may take to reach the state a try needs
 STOP_TARGET = 10.0  # seconds: SIGTERM to exit (issue 15, "The file is the store")
+DISK_BYTES = 8 * 1024 * 1024  # the small filesystem of the full-disk try
+AFTER_ROOM = 50  # tasks created once there is room again
+STORE_UNAVAILABLE = -32050  # keel.mcp.wire.STORE_UNAVAILABLE (names the store and the cause)
 SURROGATE = "INC-2026-0288\ud800"
 NUL = "INC-2026-0288\x00"
 DEEP = "[" * 100_000 + "]" * 100_000
@@ -101,7 +113,7 @@ ROWS: list[Row] = []
 
 def record(name: str, reported: str, now: str, ok: bool | None) -> None:
     ROWS.append(Row(name, reported, " ".join(now.split()), ok))
-    mark = {True: "ok", False: "REGRESSED", None: "-"}[ok]
+    mark = {True: "ok", False: "FAILS", None: "-"}[ok]
     print(f"  [{mark}] {name}: {ROWS[-1].now[:160]}", flush=True)
 
 
@@ -673,6 +685,221 @@ def file_tries(folder: Path, tasks: int) -> Path:
     return db
 
 
+# --- the disk and the WAL -------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def small_disk(folder: Path) -> Any:
+    """A tmpfs of :data:`DISK_BYTES` mounted on ``folder`` (None where it cannot be:
+    not root, or not allowed); unmounted after."""
+    folder.mkdir()
+    mount = shutil.which("mount")
+    if os.geteuid() != 0 or mount is None:
+        yield None
+        return
+    argv = [mount, "-t", "tmpfs", "-o", f"size={DISK_BYTES}", "tmpfs", str(folder)]
+    if subprocess.run(argv, check=False, capture_output=True).returncode:
+        yield None
+        return
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False, capture_output=True)
+
+
+def fill(path: Path) -> int:
+    """Write ``path`` until the filesystem has no room left; the bytes written."""
+    written = 0
+    with path.open("wb", buffering=0) as file:
+        try:
+            while True:
+                written += file.write(b"\0" * 65536)
+        except OSError:  # ENOSPC: full (a last partial chunk may have gone in)
+            pass
+    return written
+
+
+@dataclass
+class Creates:
+    acknowledged: list[str]
+    refusals: list[MCPError]
+    seconds: list[float]
+    """How long each refused create took to be answered."""
+    room: int | None = None
+    """How many were acknowledged when room was made again."""
+
+
+async def create_until_stopped(url: str, stop: threading.Event, done: Creates) -> None:
+    """Create no-op tasks one after another until ``stop``, refusals kept in ``done``."""
+    async with Client(url, extensions=[Tasks()]) as client:
+        while not stop.is_set():
+            started = time.perf_counter()
+            try:
+                created = await client.session.call_tool("noop", {}, allow_claimed=True)
+            except MCPError as exc:
+                done.refusals.append(exc)
+                done.seconds.append(time.perf_counter() - started)
+                time.sleep(0.01)  # noqa: ASYNC251 - a client retrying, as a real one would
+                continue
+            assert isinstance(created, Created), created
+            done.acknowledged.append(str(created.task_id))
+
+
+def wait_for(condition: Any, within: float = SETTLE) -> bool:
+    deadline = time.monotonic() + within
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)  # the creating thread offers no event
+    return True
+
+
+def settled(db: Path, count: int) -> dict[str, int]:
+    """Tasks per status in ``db`` once none of ``count`` is live any more (or after
+    twice :data:`SETTLE` seconds)."""
+    deadline = time.monotonic() + 2 * SETTLE
+    while True:
+        statuses = sqlite_statuses(db)
+        finished = sum(statuses.get(s, 0) for s in ("completed", "failed", "cancelled"))
+        if finished >= count or time.monotonic() > deadline:
+            return statuses
+        time.sleep(0.1)  # polling the store: it offers no event across processes
+
+
+def through_full_disk(server: KeelServe, disk: Path) -> tuple[Creates, int, bool]:
+    """A client creates tasks while the disk fills (a filler file), is refused a few
+    times, then room is made and it goes on; what it saw, the filler's size, and
+    whether the server was alive when room was made."""
+    done, stop = Creates([], [], []), threading.Event()
+    creator = threading.Thread(
+        target=anyio.run, args=(create_until_stopped, server.url, stop, done)
+    )
+    creator.start()
+    try:
+        wait_for(lambda: len(done.acknowledged) >= 20)
+        filler = disk / "filler"
+        size = fill(filler)
+        wait_for(lambda: len(done.refusals) >= 5)
+        alive = server.alive
+        done.room = len(done.acknowledged)
+        filler.unlink()
+        wait_for(lambda: len(done.acknowledged) >= (done.room or 0) + AFTER_ROOM)
+    finally:
+        stop.set()
+        creator.join(HTTP_TIMEOUT)
+    return done, size, alive
+
+
+def full_disk_try(folder: Path) -> None:
+    """The store's filesystem fills while a client creates tasks, then has room again."""
+    reported = (
+        "-32603 with HTTP 200; after the disk grew, tasks whose outcome could not be "
+        "written were dead-lettered as 'stopped renewing its lease'"
+    )
+    name = "full disk: a client creates tasks while it fills, then room is made"
+    with small_disk(folder / "small-disk") as disk:
+        if disk is None:
+            record(name, reported, "not run: no tmpfs can be mounted here (needs root)", None)
+            return
+        data = disk / "data"
+        data.mkdir()
+        db = data / "keel.db"
+        server = noop_server(data)
+        server.start()
+        try:
+            anyio.run(server.ready)
+            done, size, alive = through_full_disk(server, disk)
+            statuses = settled(db, len(done.acknowledged))
+        finally:
+            code = server.stop()
+    kinds = {(e.code, e.message.split(": ", 1)[-1][:60]) for e in done.refusals}
+    named = bool(done.refusals) and all(
+        e.code == STORE_UNAVAILABLE
+        and "disk is full" in e.message
+        and isinstance(e.error.data, dict)
+        and "retryAfterMs" in e.error.data
+        for e in done.refusals
+    )
+    first = done.refusals[0] if done.refusals else None
+    said_then = (
+        f"{len(done.refusals)} creates refused, the first {first.code} {first.message!r} "
+        f"data={first.error.data} in {done.seconds[0]:.2f} s (kinds: {sorted(kinds)})"
+        if first is not None
+        else "no create refused"
+    )
+    acknowledged = len(done.acknowledged)
+    completed = statuses.get("completed", 0)
+    now = (
+        f"filler {size // 1024} KiB; {said_then}; server alive: {alive}; "
+        f"{acknowledged - (done.room or 0)} creates acknowledged once room was made; "
+        f"{acknowledged} acknowledged in all, the store holds {statuses}; SIGTERM exit {code}"
+    )
+    ok = named and alive and completed == acknowledged == sum(statuses.values()) and code == 0
+    record(name, reported, now, ok)
+
+
+def deleted_wal_try(folder: Path, tasks: int) -> None:
+    """SIGKILL a server whose tasks all completed, delete keel.db-wal and -shm, open the
+    store again."""
+    data = folder / "wal-deleted"
+    data.mkdir()
+    db = data / "keel.db"
+    server = noop_server(data)
+    server.start()
+    try:
+        anyio.run(server.ready)
+        ids = anyio.run(create_tasks, server.url, tasks)
+        before = settled(db, len(ids))
+    finally:
+        server.kill()
+    wal = wal_bytes(db)
+    for suffix in ("-wal", "-shm"):
+        Path(f"{db}{suffix}").unlink(missing_ok=True)
+    file_alone = sqlite_statuses(db)
+    runs = parallel(
+        {
+            "check": (("check", "--store", str(db)), {"cwd": HERE}),
+            "list": (("tasks", "list", "--store", str(db), "--limit", "1"), {"cwd": HERE}),
+        }
+    )
+    server.start()
+    try:
+        anyio.run(server.ready)
+        serve = "keel serve started and served"
+    except AssertionError as exc:
+        serve = f"keel serve refused: {str(exc).splitlines()[-1][:160]}"
+    finally:
+        server.stop()
+    after = sqlite_statuses(db)
+    lost = before.get("completed", 0) - after.get("completed", 0)
+    gone = len(ids) - sum(after.values())
+    refused_all = all(run.code == 1 for run in runs.values()) and "refused" in serve
+    now = (
+        f"{len(ids)} acknowledged, {before.get('completed', 0)} completed before the SIGKILL; "
+        f"-wal was {wal} bytes; keel.db alone then held {file_alone}; keel check: exit "
+        f"{runs['check'].code} ({last_line(runs['check'])}); keel tasks list: exit "
+        f"{runs['list'].code} ({last_line(runs['list'])}); {serve}; the store now holds "
+        f"{after}: {lost} acknowledged completions lost ({gone} acknowledged tasks gone "
+        "altogether)" + (", silently" if lost > 0 and not refused_all else "")
+    )
+    record(
+        "WAL deleted after a crash (SIGKILL), then the store opened",
+        "137 acknowledged completions silently rolled back",
+        now,
+        lost == 0 or refused_all,
+    )
+
+
+def wal_bytes(db: Path) -> int | None:
+    wal = Path(f"{db}-wal")
+    return wal.stat().st_size if wal.exists() else None
+
+
+def last_line(run: Run) -> str:
+    lines = [line for line in (run.err or run.out).splitlines() if line.strip()]
+    return lines[-1][:160] if lines else "nothing printed"
+
+
 # --- the run ------------------------------------------------------------------------
 
 
@@ -689,6 +916,13 @@ def postgres_reachable() -> str | None:
     except psycopg.Error as exc:
         return " ".join(str(exc).split())
     return None
+
+
+def run_disk(tasks: int) -> None:
+    """Only the tries of the disk and the WAL (``--only disk``)."""
+    with tempfile.TemporaryDirectory(prefix="keel-adversarial-") as name:
+        full_disk_try(Path(name))
+        deleted_wal_try(Path(name), tasks)
 
 
 def run(postgres: bool, tasks: int) -> None:
@@ -729,6 +963,8 @@ def run(postgres: bool, tasks: int) -> None:
         not_a_store_tries(folder)
         good = file_tries(folder, tasks)
         damaged_tries(folder, good)
+        full_disk_try(folder)
+        deleted_wal_try(folder, tasks)
     record(
         "PostgreSQL down: tools/call, tasks/get",
         "307 s and 584 s, -32603",
@@ -746,7 +982,7 @@ def run(postgres: bool, tasks: int) -> None:
 def table() -> str:
     lines = ["| try | issue reported | now | ok? |", "| --- | --- | --- | --- |"]
     for row in ROWS:
-        mark = {True: "ok", False: "**REGRESSED**", None: "-"}[row.ok]
+        mark = {True: "ok", False: "**fails**", None: "-"}[row.ok]
         now = row.now.replace("|", "\\|")
         lines.append(f"| {row.name} | {row.reported} | {now} | {mark} |")
     return "\n".join(lines)
@@ -756,18 +992,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-postgres", dest="postgres", action="store_false", help="SQLite only")
     parser.add_argument("--tasks", type=int, default=200, help="tasks created before the SIGTERM")
+    parser.add_argument(
+        "--only", choices=["all", "disk"], default="all", help="disk: the full disk and the WAL"
+    )
     parser.add_argument("--out", default="bench/results/adversarial_bench.json")
     args = parser.parse_args()
     started, load = time.perf_counter(), os.getloadavg()
     print(f"load average at the start: {load[0]:.1f} (1 min), {load[1]:.1f} (5 min)")
-    run(args.postgres, args.tasks)
+    if args.only == "disk":
+        run_disk(args.tasks)
+    else:
+        run(args.postgres, args.tasks)
     seconds = time.perf_counter() - started
     print()
     print(table())
     regressed = [row.name for row in ROWS if row.ok is False]
     print(
         f"\n{len(ROWS)} tries in {seconds:.0f} s: {sum(r.ok is True for r in ROWS)} ok, "
-        f"{len(regressed)} regressed, {sum(r.ok is None for r in ROWS)} not run here"
+        f"{len(regressed)} failing, {sum(r.ok is None for r in ROWS)} not run here"
     )
     out = write_results(
         args.out,

@@ -14,6 +14,13 @@
    another version's ``src`` folder (``git archive main src | tar -x -C /tmp/main``) on
    the same export, alternated with this checkout, ``--runs`` times each (medians).
 
+4. **diagnosis over an export** (``--diagnose-export DIR``): the incidents of a
+   collector-format export (``bench/rca/generate.py``: ~1M spans), indexed once into
+   ``--data-dir`` (``keel bridge ingest``), then each of ``--incidents`` of them (spread
+   over the file, default 12; 0 for all) diagnosed in a fresh subprocess, as
+   ``keel bridge diagnose`` would: wall time of the diagnosis and of the whole process,
+   peak RSS, the 1-minute load average after each. Targets: <= 10 s, <= 500 MB.
+
 Peak RSS is the subprocess's ``ru_maxrss``. Numbers vary by tens of percent on a shared
 2-core machine.
 
@@ -21,6 +28,7 @@ Peak RSS is the subprocess's ``ru_maxrss``. Numbers vary by tens of percent on a
     uv run python bench/bridge_bench.py --gb          # a 1 GB export
     uv run python bench/bridge_bench.py --quick       # a smoke run
     uv run python bench/bridge_bench.py --ingest-only --before /tmp/main/src --runs 3
+    uv run python bench/bridge_bench.py --diagnose-export /tmp/rca-2001 --data-dir /tmp/i-2001
 
 Prints a table and writes JSON (``--out``, default ``bench/results/bridge_bench.json``).
 """
@@ -64,6 +72,90 @@ def child_diagnose(data_dir: str) -> None:
             }
         )
     )
+
+
+def child_diagnose_export(data_dir: str, export: str, incident: str, service: str) -> None:
+    """In a fresh process: open an export's index and diagnose one of its incidents."""
+    from keel.bridge import BridgeSettings, open_bridge, run_diagnosis
+
+    began = time.perf_counter()
+    folder = Path(export)
+    settings = BridgeSettings(
+        data_dir=Path(data_dir),
+        incidents=folder / "incidents.json",
+        traces=[folder / "traces"],
+        deploys=_deploys(folder),
+        pace="fast",
+    )
+    bridge = open_bridge(settings)
+    opened = time.perf_counter()
+    result = run_diagnosis(bridge, incident, service or None)
+    done = time.perf_counter()
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    cause = (result["root_cause"] or {}).get("service")
+    print(
+        json.dumps(
+            {"open_s": opened - began, "diagnose_s": done - opened, "peak_rss_mb": rss}
+            | {"total_s": done - began, "cause": cause, "spans": bridge.paths.spans}
+        )
+    )
+
+
+def _deploys(folder: Path) -> Path:
+    return next(p for p in (folder / "deploys.csv", folder / "deploys.json") if p.exists())
+
+
+def diagnose_export(args: argparse.Namespace) -> None:
+    """``--diagnose-export``: one fresh process per diagnosis over an indexed export."""
+    import statistics
+
+    export = Path(args.diagnose_export)
+    if args.data_dir is None:
+        raise SystemExit("--diagnose-export needs --data-dir (where the index is kept)")
+    command = [sys.executable, "-m", "keel", "bridge", "ingest", "--data-dir", args.data_dir]
+    command += ["--incidents", str(export / "incidents.json"), "--traces", str(export / "traces")]
+    subprocess.run([*command, "--deploys", str(_deploys(export))], check=True)
+    incidents = json.loads((export / "incidents.json").read_text(encoding="utf-8-sig"))
+    incidents = incidents.get("incidents", incidents) if isinstance(incidents, dict) else incidents
+    truth_path = export / "answers.json"
+    truth = json.loads(truth_path.read_text())["incidents"] if truth_path.exists() else []
+    symptom = {t["id"]: t["symptom_service"] for t in truth}
+    step = max(1, len(incidents) // args.incidents) if args.incidents else 1
+    chosen = incidents[::step][: args.incidents or None]
+    runs = []
+    for incident in chosen:
+        service = incident.get("service") or symptom.get(incident["id"], "")
+        began = time.perf_counter()
+        r = run_child(
+            "--child-diagnose-export", args.data_dir, str(export), incident["id"], service
+        )
+        r |= {"process_s": time.perf_counter() - began, "load": os.getloadavg()[0]}
+        r["incident"] = incident["id"]
+        runs.append(r)
+        print(
+            f"{r['incident']:<12} diagnosis {r['diagnose_s']:5.2f}s "
+            f"(process {r['process_s']:5.2f}s)"
+            f"  peak RSS {r['peak_rss_mb']:4.0f} MB  load {r['load']:.1f}  -> {r['cause']}",
+            flush=True,
+        )
+    times = sorted(r["diagnose_s"] for r in runs)
+    rss = max(r["peak_rss_mb"] for r in runs)
+    spans = runs[0]["spans"]
+    print(
+        f"\n{len(runs)} diagnoses over {spans:,} spans: median {statistics.median(times):.2f}s, "
+        f"max {times[-1]:.2f}s; peak RSS max {rss:.0f} MB"
+    )
+    checks = [
+        {
+            "target": "a diagnosis over ~1M spans <= 10 s (each, whole process)",
+            "measured": f"max {max(r['process_s'] for r in runs):.2f}s over {spans:,} spans",
+            "ok": max(r["process_s"] for r in runs) <= 10 and spans >= 900_000,
+        },
+        {"target": "diagnosis peak RSS <= 500 MB", "measured": f"{rss:.0f} MB", "ok": rss <= 500},
+    ]
+    print_targets(checks)
+    out = write_results(args.out, "bridge_bench_diagnose_export", args, runs=runs, checks=checks)
+    print(f"\nwrote {out}")
 
 
 def child_ingest(path: str, dest: str) -> None:
@@ -236,7 +328,11 @@ def main() -> None:
     parser.add_argument("--before", default=None, help="--ingest-only: a src folder to compare")
     parser.add_argument("--after", default=None, help="--ingest-only: src (default: this one)")
     parser.add_argument("--runs", type=int, default=3, help="--ingest-only: runs per side")
+    parser.add_argument("--diagnose-export", default=None, help="an rca-format export")
+    parser.add_argument("--data-dir", default=None, help="--diagnose-export: its index")
+    parser.add_argument("--incidents", type=int, default=12, help="--diagnose-export: how many")
     parser.add_argument("--child-diagnose", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--child-diagnose-export", nargs=4, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--child-ingest", nargs=2, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child_diagnose:
@@ -244,6 +340,14 @@ def main() -> None:
         return
     if args.child_ingest:
         child_ingest(*args.child_ingest)
+        return
+    if args.child_diagnose_export:
+        child_diagnose_export(*args.child_diagnose_export)
+        return
+    if args.diagnose_export:
+        if args.out == parser.get_default("out"):
+            args.out = "bench/results/bridge_bench_diagnose_export.json"
+        diagnose_export(args)
         return
     if args.ingest_only:
         if args.out == parser.get_default("out"):

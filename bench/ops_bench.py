@@ -7,8 +7,14 @@ ASGI transport: the handler, the store queries and the template, no network) and
 reports p50 / p95 per page: the list unfiltered, by status, tool name, principal,
 created and updated range, a page deep in (through its cursor), and a task's page.
 
+With ``--leases N`` it times the Workers and health page instead, on a store that also
+holds ``N`` live leases spread over ``--workers`` workers (a few expired and not
+recovered, as after a worker died; each with its claim in the history):
+
     uv run python bench/ops_bench.py --tasks 1000000
     uv run python bench/ops_bench.py --tasks 1000000 --store postgresql://127.0.0.1/test
+    uv run python bench/ops_bench.py --tasks 0 --leases 3000 --workers 30
+    uv run python bench/ops_bench.py --tasks 100000 --leases 3000 --workers 30
 
 Target (issue 17): every list filter but free text, and the task page, p95 <= 150 ms on
 1,000,000 tasks.
@@ -18,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sqlite3
 import statistics
 import tempfile
@@ -95,6 +102,62 @@ def _copy_postgres(where: str, chunk: list[Task], now: float) -> None:
                 copy.write_row((task.task_id, now, None, task.status.value, "imported", "bench"))
 
 
+def _leased(i: int, now: float, workers: int) -> tuple[Task, float]:
+    """Live lease ``i``: a claimed ``working`` task, renewed up to 20 s ago (one in 50
+    expired and not recovered), and when its lease was claimed (up to 10 minutes ago)."""
+    expired = i % 50 == 0
+    task = Task(
+        task_id=f"{int((now - 600 + i * 0.01) * 1000):012x}lease{i:017d}",
+        status=Status.WORKING,
+        owner=OWNERS[i % len(OWNERS)],
+        name=NAMES[i % len(NAMES)],
+        arguments={"incident_id": f"INC-L{i}"},
+        created_at=now - 900 + i * 0.01,
+        updated_at=now - (120 if expired else i % 20),
+        ready_at=now - 900,
+        status_message=f"step {i % 7} of 7",
+        max_attempts=3,
+        lease_owner=f"worker-{i % workers:03d}",
+        lease_expires_at=now - 90 if expired else now + 30 - i % 20,
+        fence=1,
+    )
+    return task, now - 600 + (i * 7) % 600
+
+
+def _fill_leases(where: str, count: int, workers: int, now: float) -> None:
+    """``count`` live leases over ``workers`` workers, each with its creation and its
+    claim in the history (the claim is the latest entry of a leased task)."""
+    leased = [_leased(i, now, workers) for i in range(count)]
+    events = [
+        row
+        for task, claimed in leased
+        for row in (
+            (task.task_id, task.created_at, None, "working", "created", "client"),
+            (task.task_id, claimed, "working", "working", "claimed", f"worker:{task.lease_owner}"),
+        )
+    ]
+    if where.startswith("postgres"):
+        import psycopg
+
+        from keel.store.postgres.config import parse_postgres_url
+
+        with psycopg.connect(parse_postgres_url(where).conninfo) as conn, conn.cursor() as cur:
+            with cur.copy(f"COPY tasks ({', '.join(_COLUMNS)}) FROM STDIN") as copy:
+                for task, _ in leased:
+                    row = task_to_row(task)
+                    copy.write_row([row[c] for c in _COLUMNS])
+            cols = "task_id, at, from_status, to_status, reason, actor"
+            with cur.copy(f"COPY task_events ({cols}) FROM STDIN") as copy:
+                for event in events:
+                    copy.write_row(event)
+            cur.execute("ANALYZE tasks")
+        return
+    with sqlite3.connect(where) as direct:
+        direct.executemany(SQLITE_Q["insert_task"], [task_to_row(t) for t, _ in leased])
+        direct.executemany(SQLITE_Q["insert_event_row"], events)
+    direct.close()
+
+
 async def fill(store: TxStore, count: int, where: str) -> float:
     """Fill the store directly, many rows per transaction, each with one history entry
     (import_tasks reads and checks each task first: minutes for a million)."""
@@ -140,54 +203,71 @@ async def timed(http: httpx.AsyncClient, url: str, requests: int) -> dict[str, f
     }
 
 
+async def _list_pages(http: httpx.AsyncClient, store: TxStore, now: float) -> dict[str, str]:
+    first = await http.get("/ops/?status=failed&limit=50")
+    cursor = first.text.split("cursor=")[1].split('"')[0].split("&")[0]
+    sample = (await store.browse(limit=1)).tasks[0].task_id
+    return {
+        "list": "/ops/",
+        "list status=input_required": "/ops/?status=input_required",
+        "list name": f"/ops/?name={NAMES[1]}",
+        "list principal": f"/ops/?principal={OWNERS[3]}",
+        "list created range": f"/ops/?created_from={now - 70_000}&created_to={now - 60_000}",
+        "list updated range": f"/ops/?updated_from={now - 1_800}",
+        "list status+name+principal": (
+            f"/ops/?status=failed&name={NAMES[3]}&principal={OWNERS[19]}"
+        ),
+        "list next page (cursor)": f"/ops/?status=failed&cursor={cursor}",
+        "task page": f"/ops/tasks/{sample}",
+    }
+
+
+def _worker_pages(args: argparse.Namespace) -> dict[str, str]:
+    return {
+        f"workers ({args.leases:,} leases, {args.workers} workers)": "/ops/workers",
+        "one worker's leases": f"/ops/workers?worker=worker-{7 % args.workers:03d}",
+    }
+
+
 async def main(args: argparse.Namespace) -> None:
     where = args.store or str(Path(tempfile.mkdtemp(prefix="ops-bench-")) / "keel.db")
     store = open_store(where)
     await store.counts()  # opened: the schema exists before the fill
     try:
         seconds = 0.0 if args.filled else await fill(store, args.tasks, where)
-        print(f"{args.tasks:,} tasks, filled in {seconds:.1f} s ({where})")
+        if args.leases and not args.filled:
+            _fill_leases(where, args.leases, args.workers, time.time())
+        print(f"{args.tasks:,} tasks, {args.leases:,} leases, filled in {seconds:.1f} s ({where})")
         now = time.time()
-        transport = httpx.ASGITransport(app=standalone_app(store))
+        # The deadline of one tool, as keel serve gives its app's: /workers judges attempts.
+        judged = {"deadlines": {NAMES[0]: args.deadline}} if args.deadline else {}
+        transport = httpx.ASGITransport(app=standalone_app(store, **judged))
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
-            first = await http.get("/ops/?status=failed&limit=50")
-            cursor = first.text.split("cursor=")[1].split('"')[0].split("&")[0]
-            sample = (await store.browse(limit=1)).tasks[0].task_id
-            pages = {
-                "list": "/ops/",
-                "list status=input_required": "/ops/?status=input_required",
-                "list name": f"/ops/?name={NAMES[1]}",
-                "list principal": f"/ops/?principal={OWNERS[3]}",
-                "list created range": (
-                    f"/ops/?created_from={now - 70_000}&created_to={now - 60_000}"
-                ),
-                "list updated range": f"/ops/?updated_from={now - 1_800}",
-                "list status+name+principal": (
-                    f"/ops/?status=failed&name={NAMES[3]}&principal={OWNERS[19]}"
-                ),
-                "list next page (cursor)": f"/ops/?status=failed&cursor={cursor}",
-                "task page": f"/ops/tasks/{sample}",
-            }
+            pages = _worker_pages(args) if args.leases else await _list_pages(http, store, now)
             rows = {}
             for label, url in pages.items():
                 await http.get(url)  # warm
                 rows[label] = await timed(http, url, args.requests)
-                print(f"  {label:32s} {rows[label]}")
+                print(f"  {label:40s} {rows[label]}")
     finally:
         await store.close()
+    size = f"{args.tasks:,} tasks" + (f" + {args.leases:,} leases" if args.leases else "")
     checks = [
         {
-            "target": f"{label}: p95 <= {TARGET_MS:g} ms on {args.tasks:,} tasks",
+            "target": f"{label}: p95 <= {TARGET_MS:g} ms on {size}",
             "measured": f"{row['p95_ms']} ms",
             "ok": row["p95_ms"] <= TARGET_MS,
         }
         for label, row in rows.items()
     ]
     print_targets(checks)
+    load = [round(x, 2) for x in os.getloadavg()]
+    print(f"  load average (1, 5, 15 min): {load[0]} {load[1]} {load[2]}")
     kind = "postgres" if args.store and args.store.startswith("postgres") else "sqlite"
+    name = f"ops-{kind}-{args.tasks}" + (f"-leases-{args.leases}" if args.leases else "")
     out = write_results(
-        f"bench/results/ops-{kind}-{args.tasks}.json", "ops_bench", args,
-        fill_seconds=round(seconds, 1), pages=rows, checks=checks,
+        f"bench/results/{name}.json", "ops_bench", args,
+        fill_seconds=round(seconds, 1), pages=rows, checks=checks, load_average=load,
     )  # fmt: skip
     print(f"\nresults: {out}")
 
@@ -199,5 +279,15 @@ if __name__ == "__main__":
     parser.add_argument("--store", help="a store URL (default: a fresh SQLite file)")
     parser.add_argument(
         "--filled", action="store_true", help="--store holds --tasks tasks of an earlier run"
+    )
+    parser.add_argument(
+        "--leases", type=int, default=0, help="live leases to add: time /ops/workers instead"
+    )
+    parser.add_argument("--workers", type=int, default=30, help="workers holding the leases")
+    parser.add_argument(
+        "--deadline",
+        type=float,
+        default=300.0,
+        help=f"seconds: the deadline of {NAMES[0]} the console judges (0: none, as before)",
     )
     asyncio.run(main(parser.parse_args()))

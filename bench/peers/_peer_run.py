@@ -7,6 +7,7 @@ library here)."""
 from __future__ import annotations
 
 import json
+import resource
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -35,6 +36,13 @@ def run_workers(peer: str, commands: Sequence[Sequence[str]], wait: float) -> fl
     return wall
 
 
+def _workers_cpu() -> float:
+    """CPU seconds (user + system) of the worker processes, all exited by now (this
+    process's children; the fill ran in this process and is not counted)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def report(
     peer: str,
     jobs: int,
@@ -61,6 +69,7 @@ def report(
                 "seconds": round(timing["seconds"], 3),
                 "tasks_per_s": round(jobs / timing["seconds"], 1),
                 "enqueue_per_s": round(jobs / fill_seconds, 1),
+                "worker_cpu_ms_per_task": round(1000 * _workers_cpu() / jobs, 3),
                 "wall_seconds_incl_startup": round(wall, 3),
             }
         )

@@ -65,6 +65,7 @@ __all__ = [
     "ToolError",
     "UnknownInputKey",
     "UnstorableText",
+    "WalLost",
 ]
 
 INTERNAL_ERROR = -32603
@@ -279,6 +280,30 @@ class StoreUnavailable(StoreError):
         self.store = store
         self.cause = cause
         self.retry_after = retry_after
+
+
+class WalLost(StoreError):
+    """A SQLite store whose write-ahead log is gone after a crash: a process that had it
+    open did not close it (killed, or the machine stopped), and ``keel.db-wal``, which
+    held its latest commits, is no longer beside ``keel.db`` (deleted, or the file was
+    copied alone). Opening it anyway would silently roll back acknowledged writes, so it
+    is refused until the log is put back, or the loss is accepted (``?lost_wal=accept``).
+
+    Attributes:
+        path: the database file.
+        holders: who had it open and did not close it (``"pid 4711 on host-a since …"``).
+    """
+
+    def __init__(self, path: str, holders: list[str]) -> None:
+        super().__init__(
+            f"store {path} was not closed cleanly ({'; '.join(holders)} did not close it) "
+            f"and its write-ahead log {path}-wal is missing: the writes it held are not in "
+            f"{path}. Put {path}-wal back beside it (as it was, with {path}-shm if you have "
+            f"it) and retry, restore a backup (keel backup), or open it with the store URL "
+            f"option ?lost_wal=accept to go on with what {path} holds"
+        )
+        self.path = path
+        self.holders = holders
 
 
 class NotAStore(StoreError):

@@ -5,14 +5,17 @@ of the test's own on 127.0.0.1; tokens signed with them are checked by a real Ke
 server: a valid one is served, an expired one, one for another audience or from
 another issuer, one with a bad signature, an unsigned one and an HS256 one are refused
 401. The principal is the token's ``sub``; the protected-resource metadata names the
-issuer.
+issuer. A JWKS that cannot be reached (connection refused, no answer, an HTTP error) is
+the server's trouble, not the token's: 503 with ``Retry-After``, never 401.
 """
 
 from __future__ import annotations
 
+import socket
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +28,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from access.support import build, raw, serve_asgi, serve_guarded
+from access.support import Raw, build, raw, serve_asgi, serve_guarded
 from keel.errors import ConfigurationError
-from keel.mcp.jwt_auth import jwt_auth
+from keel.mcp.access import AUTH_OUTAGE_RETRY, ServerAuth
+from keel.mcp.jwt_auth import JwtVerifier, jwt_auth
+from keel.mcp.wire import AUTH_UNAVAILABLE
 from tasks_extension.support import NOT_FOUND, poll, post
 
 pytestmark = pytest.mark.anyio
@@ -165,3 +170,93 @@ def test_settings_are_checked(settings: dict[str, Any], problem: str) -> None:
     given.update(settings)
     with pytest.raises(ConfigurationError, match=problem):
         jwt_auth(**given, server_url="http://127.0.0.1:8000/mcp")
+
+
+def trusting(jwks_url: str, **jwks: float) -> ServerAuth:
+    """``--auth jwt`` trusting the keys at ``jwks_url``, its verifier built with the
+    ``jwks`` options (``jwks_timeout``, ``jwks_cooldown``) if any are given."""
+    auth = jwt_auth(
+        issuer=ISSUER, audience=AUDIENCE, jwks_url=jwks_url, server_url="http://127.0.0.1/mcp"
+    )
+    if not jwks:
+        return auth
+    verifier = JwtVerifier(issuer=ISSUER, audience=AUDIENCE, jwks_url=jwks_url, **jwks)
+    return replace(auth, verifier=verifier)
+
+
+@contextmanager
+def dead_port(*, listening: bool) -> Iterator[str]:
+    """A JWKS URL on 127.0.0.1 that never answers: a bound socket that does not listen
+    (connections refused) or one that listens and never accepts (requests time out)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        if listening:
+            sock.listen(8)
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/jwks"
+
+
+def assert_outage(answer: Raw, *causes: str) -> None:
+    """``answer`` is the 503 of a token that could not be checked, naming the JWKS URL
+    and one of ``causes``."""
+    assert answer.status == 503, answer
+    assert answer.headers["retry-after"] == str(round(AUTH_OUTAGE_RETRY)), answer
+    assert "www-authenticate" not in answer.headers, answer
+    error = answer.json["error"]
+    assert error["code"] == AUTH_UNAVAILABLE, error
+    assert error["data"] == {"retryAfterMs": round(AUTH_OUTAGE_RETRY * 1000)}, error
+    assert "cannot be fetched from http://127.0.0.1:" in error["message"], error
+    assert "not the token" in error["message"], error
+    assert any(cause in error["message"] for cause in causes), error
+
+
+async def test_jwks_that_went_away_is_503_not_401(tmp_path: Path) -> None:
+    """Keys fetched while the JWKS was up keep verifying their tokens after it stops (the
+    cache); a token whose key must be fetched again (an unknown key id, no cooldown
+    between fetches here) is answered 503 with Retry-After and a message naming the JWKS
+    and the refused connection, not 401; a token that is bad on its face (another
+    audience) and no token at all are still 401."""
+
+    async def keys(_: Request) -> JSONResponse:
+        return JSONResponse(jwks())
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    jwks_url = f"http://127.0.0.1:{sock.getsockname()[1]}/jwks"
+    async with serve_guarded(build(tmp_path, trusting(jwks_url, jwks_cooldown=0))) as url:
+        async with serve_asgi(Starlette(routes=[Route("/jwks", keys)]), sock):
+            before = await raw(url, headers=bearer(token()))
+        # The JWKS server has stopped and its socket is closed: connections are refused.
+        cached = await raw(url, headers=bearer(token()))
+        new_key = await raw(url, headers=bearer(token(kid="rsa-2")))
+        wrong_audience = await raw(url, headers=bearer(token(aud="https://other.example")))
+        no_token = await raw(url)
+    assert (before.status, cached.status) == (200, 200), (before, cached)
+    assert_outage(new_key, "Connection refused")
+    assert (wrong_audience.status, no_token.status) == (401, 401)
+
+
+@pytest.mark.parametrize("listening", [False, True], ids=["refused", "timeout"])
+async def test_unreachable_jwks_is_503_not_401(tmp_path: Path, listening: bool) -> None:
+    """A server whose JWKS was never reachable (the port refuses connections, or accepts
+    them and never answers) answers every token 503 with Retry-After, naming the JWKS
+    and the cause; a request without a token is still 401."""
+    with dead_port(listening=listening) as jwks_url:
+        auth = trusting(jwks_url, jwks_timeout=0.5)
+        async with serve_guarded(build(tmp_path, auth)) as url:
+            answer = await raw(url, headers=bearer(token()))
+            no_token = await raw(url)
+    assert_outage(answer, "timed out" if listening else "Connection refused")
+    assert no_token.status == 401
+
+
+async def test_jwks_http_error_is_503(tmp_path: Path) -> None:
+    """A JWKS that answers an HTTP error (the authorization server failing) is an outage
+    too: 503 naming the status, not 401."""
+
+    async def broken(_: Request) -> JSONResponse:
+        return JSONResponse({"error": "down for maintenance"}, status_code=500)
+
+    idp = serve_asgi(Starlette(routes=[Route("/jwks", broken)]))
+    async with idp as base, serve_guarded(build(tmp_path, trusting(f"{base}/jwks"))) as url:
+        answer = await raw(url, headers=bearer(token()))
+    assert_outage(answer, "500")

@@ -176,7 +176,9 @@ async def test_unknown_service_argument_is_a_tool_error(server: MCPServer[Any]) 
 @pytest.mark.slow
 async def test_plain_tools_answer_and_refuse_bad_input(server: MCPServer[Any]) -> None:
     """get_incident, search_traces and list_deploys answer with structured content and
-    text; an unknown incident and bad time ranges are tool errors saying what is wrong."""
+    text; an unknown incident is a tool error saying so; a bad time range, a garbled time
+    and a limit over the maximum are -32602 naming the argument (the official client
+    raises them as MCPError)."""
     async with Client(server) as client:
         incident = await client.call_tool("get_incident", {"incident_id": SEED_INCIDENT})
         assert incident.structured_content["incident"]["service"] is None
@@ -205,58 +207,77 @@ async def test_plain_tools_answer_and_refuse_bad_input(server: MCPServer[Any]) -
         assert 0 < len(found["spans"]) <= 5
         assert all(s["error"] and s["service"] == "payments" for s in found["spans"])
 
-        backwards = await client.call_tool(
-            "search_traces", {"start": "2026-03-14T10:00:00Z", "end": "2026-03-14T09:00:00Z"}
-        )
-        assert backwards.is_error
-        assert "end (2026-03-14T09:00:00Z) must be after start" in backwards.content[0].text
-        garbled = await client.call_tool("list_deploys", {"since": "yesterday-ish"})
-        assert garbled.is_error
-        assert "since is not an ISO 8601 time: 'yesterday-ish'" in garbled.content[0].text
-        too_many = await client.call_tool("search_traces", {"limit": 100_000})
-        assert too_many.is_error
-        assert "limit\n  Input should be less than or equal to 1000" in too_many.content[0].text
+        refusals = {
+            "arguments.end: bad time range: must be after start (2026-03-14T10:00:00Z), not "
+            "2026-03-14T09:00:00Z": (
+                "search_traces",
+                {"start": "2026-03-14T10:00:00Z", "end": "2026-03-14T09:00:00Z"},
+            ),
+            "arguments.since: is not an ISO 8601 time: 'yesterday-ish' (e.g. ": (
+                "list_deploys",
+                {"since": "yesterday-ish"},
+            ),
+            "arguments.limit: 100000 is greater than the maximum of 1000": (
+                "search_traces",
+                {"limit": 100_000},
+            ),
+        }
+        for message, (name, arguments) in refusals.items():
+            with pytest.raises(MCPError) as refused:
+                await client.call_tool(name, arguments)
+            assert refused.value.error.code == -32602, refused.value.error
+            assert refused.value.error.message.startswith(message), refused.value.error
 
 
 @pytest.mark.slow
 async def test_plain_tools_bound_every_argument_and_name_the_one_out_of_range(
     server: MCPServer[Any],
 ) -> None:
-    """Times outside the index's range, NaN, infinities, huge durations and limits, over
-    long strings: a tool error naming the argument (MCP's input validation errors, for
-    the model to correct), never a bare "Error executing tool"; the published schema
-    carries the bounds."""
+    """Times outside the index's range, NaN, infinities, huge durations and limits, wrong
+    types, over long strings, a missing required argument: JSON-RPC -32602 naming the
+    argument, as every tool's invalid arguments (task tools', and arguments a plain tool
+    does not take), never an ``isError`` result with the SDK's pydantic text nor a bare
+    "Error executing tool"; the tool does not run. The published schema carries the
+    bounds. Through the official client over HTTP, and raw JSON-RPC for NaN and the
+    infinities (which the SDK's client would send as null)."""
     cases = [
-        ("search_traces", {"start": "9999-12-31T23:59:59Z"}, "start must be from 1970"),
-        ("search_traces", {"end": "9999-12-31T23:59:59-14:00"}, "end must be from 1970"),
-        ("search_traces", {"start": "0001-01-01T00:00:00Z"}, "start must be from 1970"),
-        ("list_deploys", {"until": "2300-01-01T00:00:00Z"}, "until must be from 1970"),
+        ("search_traces", {"start": "9999-12-31T23:59:59Z"}, "arguments.start: must be from 1970"),
+        ("search_traces", {"end": "9999-12-31T23:59:59-14:00"}, "arguments.end: must be from 1970"),
+        ("search_traces", {"start": "0001-01-01T00:00:00Z"}, "arguments.start: must be from 1970"),
+        ("list_deploys", {"until": "2300-01-01T00:00:00Z"}, "arguments.until: must be from 1970"),
+        ("search_traces", {"start": 5}, "arguments.start: 5 is not valid under any"),
         (
             "search_traces",
-            {"min_duration_ms": math.nan},
-            "min_duration_ms\n  Input should be a finite",
+            {"min_duration_ms": 1e300},
+            "arguments.min_duration_ms: 1e+300 is greater than the maximum of",
         ),
-        (
-            "search_traces",
-            {"min_duration_ms": -math.inf},
-            "min_duration_ms\n  Input should be a finite",
-        ),
-        ("search_traces", {"min_duration_ms": 1e300}, "min_duration_ms\n  Input should be less"),
-        ("search_traces", {"min_duration_ms": -1}, "min_duration_ms\n  Input should be greater"),
-        ("search_traces", {"limit": 2**70}, "limit\n  Input should be less than or equal to 1000"),
-        ("list_deploys", {"limit": 0}, "limit\n  Input should be greater than or equal to 1"),
-        ("search_traces", {"service": "x" * 300}, "service\n  String should have at most 256"),
-        ("get_incident", {"incident_id": "x" * 300}, "incident_id\n  String should have at most"),
+        ("search_traces", {"min_duration_ms": -1}, "arguments.min_duration_ms: -1 is less than"),
+        ("search_traces", {"limit": 2**70}, f"arguments.limit: {2**70} is greater than the max"),
+        ("search_traces", {"limit": "ten"}, "arguments.limit: 'ten' is not of type 'integer'"),
+        ("search_traces", {"errors_only": "yes"}, "arguments.errors_only: 'yes' is not of type"),
+        ("list_deploys", {"limit": 0}, "arguments.limit: 0 is less than the minimum of 1"),
+        ("search_traces", {"service": "x" * 300}, "arguments.service: 'xxxx"),
+        ("get_incident", {"incident_id": "x" * 300}, "arguments.incident_id: 'xxxx"),
+        ("get_incident", {}, "arguments.incident_id: 'incident_id' is a required property"),
+    ]
+    raw_only = [
+        ("search_traces", {"min_duration_ms": math.nan}, "arguments.min_duration_ms: nan is not"),
+        ("search_traces", {"min_duration_ms": math.inf}, "arguments.min_duration_ms: inf is not"),
+        ("search_traces", {"min_duration_ms": -math.inf}, "arguments.min_duration_ms: -inf is"),
     ]
     async with serve_http(server) as url:
         tools = {t["name"]: t for t in (await post(url, "tools/list", {})).result["tools"]}
-        for name, arguments, named in cases:
-            # Raw JSON-RPC: the SDK's client would send NaN and infinities as null.
+        async with Client(url) as client:
+            for name, arguments, named in cases:
+                with pytest.raises(MCPError) as refused:
+                    await client.call_tool(name, arguments)
+                error = refused.value.error
+                assert error.code == -32602, (name, arguments, error)
+                assert error.message.startswith(named), (name, arguments, error)
+        for name, arguments, named in raw_only:
             answer = await post(url, "tools/call", {"name": name, "arguments": arguments})
-            result = answer.result
-            assert result["isError"] is True, (name, arguments, result)
-            text = result["content"][0]["text"]
-            assert named in text, (name, arguments, text)
+            assert answer.error["code"] == -32602, (name, arguments, answer.body)
+            assert answer.error["message"].startswith(named), (name, arguments, answer.body)
         for name in ("get_incident", "search_traces", "list_deploys"):
             # An argument a tool does not take: refused by name (the SDK alone drops it).
             refused = await post(url, "tools/call", {"name": name, "arguments": {"bogus": 1}})

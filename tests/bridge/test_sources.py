@@ -79,9 +79,9 @@ def test_json_lines_and_one_pretty_object_read_the_same(tmp_path: Path) -> None:
 
     expected = rows(lines)
     assert [r[:4] + r[7:] for r in expected] == [
-        (TRACE, "eee19b7ec3c1b174", None, "checkout", 0, 0, None),
-        (TRACE, "eee19b7ec3c1b175", "eee19b7ec3c1b174", "checkout", 0, 0, None),
-        (TRACE, "eee19b7ec3c1b176", "eee19b7ec3c1b175", "payments", 1, 0, None),
+        (TRACE, "eee19b7ec3c1b174", None, "checkout", 0, 0, None, None),
+        (TRACE, "eee19b7ec3c1b175", "eee19b7ec3c1b174", "checkout", 0, 0, None, None),
+        (TRACE, "eee19b7ec3c1b176", "eee19b7ec3c1b175", "payments", 1, 0, None, None),
     ]
     assert rows(pretty) == expected
     assert rows(pretty, whole_limit=64) == expected  # walked, never decoded whole

@@ -3,11 +3,15 @@ a real ``keel serve`` (its workers run the tasks) on a loopback port.
 
 An operator opens /ops (a task created meanwhile appears on it live), finds the task
 waiting for input by its link, answers it through the form generated from its schema
-and sees it complete live (server-sent events, no reload); then cancels a running task.
-A dead-lettered task is retried with Retry and the new task completes. Behind
-``--auth`` a wrong token is refused at the sign-in form and the right one accepted. Each page is
-screenshotted (into ``$KEEL_OPS_SCREENSHOTS`` too when it is set: that is
-how ``docs/ops-*.png`` are made).
+and sees it complete live (server-sent events, no reload); finds the running task's
+worker on Workers and health; then cancels that running task. The same with a real
+Incident Bridge diagnosis: ``keel serve`` as it ships (the Bridge, its sample data, a
+SQLite store), a diagnosis started over MCP that asks which service is affected,
+answered in the console, completing live with its conclusion shown. A dead-lettered
+task is retried with Retry and the new task completes. Behind ``--auth`` a wrong token
+is refused at the sign-in form and the right one accepted. Each page is screenshotted
+(into ``$KEEL_OPS_SCREENSHOTS`` too when it is set: that is how ``docs/ops-*.png`` are
+made).
 """
 
 from __future__ import annotations
@@ -22,9 +26,12 @@ import pytest
 from playwright.async_api import Browser, Page, async_playwright, expect
 
 from keel import Status
+from keel.bridge import SEED_DEPLOY, SEED_INCIDENT
 from keel.mcp.tokens import TokenFile
 from keel.ops.signin import SESSION
 from keel.store import SqliteStore
+from keel_serve import KeelServe
+from tasks_extension.support import post
 
 from .servers import base_of, serving, until
 
@@ -65,9 +72,9 @@ async def browser() -> AsyncIterator[Browser]:
             await launched.close()
 
 
-async def _shot(page: Page, tmp_path: Path, name: str) -> None:
+async def _shot(page: Page, tmp_path: Path, name: str, *, full_page: bool = True) -> None:
     path = tmp_path / f"ops-{name}.png"
-    await page.screenshot(path=str(path), full_page=True)
+    await page.screenshot(path=str(path), full_page=full_page)
     keep = os.environ.get("KEEL_OPS_SCREENSHOTS")
     if keep:
         shutil.copy(path, Path(keep) / path.name)
@@ -133,6 +140,16 @@ async def test_an_operator_answers_a_waiting_task_and_cancels_a_running_one(
             await expect(page.locator("#result")).to_contain_text('"replicas": 3')
             await expect(page.locator("ol.timeline")).to_contain_text("local operator")
             await _shot(page, tmp_path, "task-completed")
+
+            # Workers and health: keel serve's worker holds the spinning task's lease.
+            worker = (await store.get(spin.task_id)).lease_owner
+            assert worker is not None
+            await page.goto(f"{base_of(server)}/ops/workers")
+            await expect(page.locator(f"tr[data-worker-row='{worker}']")).to_contain_text("1")
+            await page.get_by_role("link", name=worker).click()
+            leases = page.locator(f"table[data-worker='{worker}']")
+            await expect(leases).to_contain_text(spin.task_id)
+            await _shot(page, tmp_path, "workers")
 
             await page.goto(f"{base_of(server)}/ops/?status=working")
             await page.get_by_role("link", name=spin.task_id).click()
@@ -233,3 +250,59 @@ async def test_an_operator_signs_in_with_a_token_and_acts_as_its_name(
             assert (last.actor, last.to_status) == ("alice", Status.CANCELLED)
         finally:
             await store.close()
+
+
+async def test_an_operator_answers_a_waiting_bridge_diagnosis(
+    tmp_path: Path, browser: Browser
+) -> None:
+    """keel serve (the Bridge, its generated sample data, a fresh SQLite store): a
+    diagnosis of the seed incident, started over MCP, asks which service is affected;
+    the operator finds it on /ops, picks the service in the form built from the enum the
+    Bridge sent, and the open page turns completed by itself, the conclusion shown."""
+    db = tmp_path / "keel.db"
+    env = {k: v for k, v in os.environ.items() if k not in {"KEEL_STORE", "KEEL_APP"}}
+    args = ["--store", str(db), "--data-dir", str(tmp_path / "data"), "--pace", "fast"]
+    server = KeelServe(args, cwd=tmp_path, env=env, log=tmp_path / "bridge.log")
+    server.start()
+    store = SqliteStore(db)
+    try:
+        await server.ready()
+        created = await post(
+            server.url,
+            "tools/call",
+            {"name": "diagnose_root_cause", "arguments": {"incident_id": SEED_INCIDENT}},
+        )
+        task_id = str(created.result["taskId"])
+        asked = await until(store, task_id, lambda t: t.status is Status.INPUT_REQUIRED)
+        assert "names no affected service" in asked.pending_input["service"].message
+
+        page = await browser.new_page(viewport={"width": 1280, "height": 800})
+        page.set_default_timeout(STEP)
+        await page.goto(f"{base_of(server)}/ops/?name=diagnose_root_cause")
+        row = page.locator(f"tr[data-task-id='{task_id}']")
+        await expect(row).to_contain_text("input_required")
+        await row.get_by_role("link", name=task_id).click()
+        await expect(page).to_have_url(f"{base_of(server)}/ops/tasks/{task_id}")
+        await expect(page.locator("#status")).to_have_text("input_required")
+        question = page.locator("section", has=page.locator("form.answer"))
+        await expect(question).to_contain_text(f"Incident {SEED_INCIDENT}")  # the Bridge's
+        form = page.locator("form.answer")
+        await form.locator("select[name='service']").select_option("payments")
+        await _shot(page, tmp_path, "bridge-input")
+        await form.get_by_role("button", name="Answer").click()
+        await expect(page.locator(".notice")).to_have_text("answered")
+
+        finished = await until(store, task_id, lambda t: t.status.terminal)
+        assert finished.status is Status.COMPLETED
+        conclusion = finished.result["structuredContent"]["conclusion"]
+        assert SEED_DEPLOY in conclusion
+        # Live: the open page turns completed by itself, with the conclusion.
+        await expect(page.locator("#status")).to_have_text("completed")
+        await expect(page.locator("#result")).to_contain_text(SEED_DEPLOY)
+        await expect(page.locator("#result")).to_contain_text(conclusion[:60])
+        await expect(page.locator("ol.timeline")).to_contain_text("local operator")
+        # The viewport only: the whole diagnosis makes a page too long to shoot quickly.
+        await _shot(page, tmp_path, "bridge-completed", full_page=False)
+    finally:
+        await store.close()
+        assert server.stop() == 0, server.output()

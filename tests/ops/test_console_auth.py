@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from keel import Status
+from keel import ConfigurationError, Status
 from keel.mcp.tokens import TokenFile, TokenFileVerifier
 from keel.ops import standalone_app
 from keel.ops.signin import SESSION
@@ -136,3 +136,91 @@ async def test_with_auth_any_host_name_is_served(
     http, alice = guarded
     headers = {"Host": "ops.example.com", "Authorization": f"Bearer {alice}"}
     assert (await http.get("/ops/", headers=headers)).status_code == 200
+
+
+@pytest.fixture
+async def listed(
+    store: SqliteStore, tokens: TokenFile
+) -> AsyncIterator[tuple[httpx.AsyncClient, str, str]]:
+    """The console with ``--auth tokens:FILE --operators alice``: alice's token and
+    carol's, both valid, only alice's an operator's."""
+    alice, carol = tokens.add("alice"), tokens.add("carol")
+    app = standalone_app(store, auth=TokenFileVerifier(tokens.path), operators=["alice"])
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url=BASE) as http:
+        yield http, alice, carol
+
+
+async def test_a_valid_token_that_is_not_an_operators_is_403_and_changes_nothing(
+    listed: tuple[httpx.AsyncClient, str, str], store: SqliteStore
+) -> None:
+    """carol's token is valid (for /mcp) but not on the operator list: every page and
+    action is 403 with a page that says so, no task shown, a cancel changes nothing;
+    alice's token is let in."""
+    http, alice, carol = listed
+    task = await store.create(name="job", owner="carol")
+    form = Page((await http.get("/ops/signin")).text).form_with("Sign in")
+    for method, url in [
+        ("GET", "/ops/"),
+        ("GET", f"/ops/tasks/{task.task_id}"),
+        ("GET", "/ops/workers"),
+        ("GET", "/ops/events"),
+        ("POST", f"/ops/tasks/{task.task_id}/cancel"),
+    ]:
+        data = form.fields if method == "POST" else None
+        response = await http.request(
+            method, url, data=data, headers={"Authorization": f"Bearer {carol}"}
+        )
+        assert response.status_code == 403, url
+        text = Page(response.text).all_text
+        assert "the token of carol is valid, but carol is not an operator" in text
+        assert task.task_id not in response.text
+    assert (await store.get(task.task_id)).status is Status.WORKING
+    assert len(await store.history(task.task_id)) == 1
+    ok = await http.get("/ops/", headers={"Authorization": f"Bearer {alice}"})
+    assert ok.status_code == 200
+    assert "acting as alice" in Page(ok.text).all_text
+
+
+async def test_the_sign_in_form_keeps_no_cookie_for_a_non_operator(
+    listed: tuple[httpx.AsyncClient, str, str],
+) -> None:
+    """Signing in with carol's token: 403 and the reason, no session cookie; alice's
+    signs in as before."""
+    http, alice, carol = listed
+    form = Page((await http.get("/ops/signin")).text).form_with("Sign in")
+    refused = await http.post(form.action, data={**form.fields, "token": carol})
+    assert refused.status_code == 403
+    assert "carol is not an operator of this console" in Page(refused.text).all_text
+    assert SESSION not in refused.headers.get("set-cookie", "")
+    signed = await http.post(form.action, data={**form.fields, "token": alice})
+    assert signed.status_code == 303
+    assert (await http.get("/ops/")).status_code == 200
+
+
+async def test_a_non_operator_holding_a_session_can_sign_out(
+    listed: tuple[httpx.AsyncClient, str, str],
+) -> None:
+    """A browser whose cookie holds a valid non-operator token (the list changed since it
+    signed in): 403 with a Sign out button, and Sign out works (back to the form)."""
+    http, _, carol = listed
+    http.cookies.set(SESSION, carol, domain="127.0.0.1", path="/ops")  # as signing in sets it
+    refused = await http.get("/ops/")
+    assert refused.status_code == 403
+    signout = Page(refused.text).form_with("Sign out")
+    out = await http.post(signout.action, data=signout.fields)
+    assert out.status_code == 303
+    assert out.headers["location"] == "/ops/signin"
+    assert (await http.get("/ops/")).status_code == 401
+
+
+async def test_an_operator_list_needs_auth_and_a_name(
+    store: SqliteStore, tokens: TokenFile
+) -> None:
+    """``operators`` without ``auth`` (loopback: everyone is the operator) or empty is a
+    ConfigurationError naming the problem."""
+    with pytest.raises(ConfigurationError, match="operator list needs --auth"):
+        standalone_app(store, operators=["alice"])
+    tokens.add("alice")
+    with pytest.raises(ConfigurationError, match="operator list is empty"):
+        standalone_app(store, auth=TokenFileVerifier(tokens.path), operators=[])

@@ -167,7 +167,10 @@ def test_with_auth_keel_ops_and_keel_serve_serve_the_console_off_loopback(tmp_pa
         cli, ["serve", "--app", "ops.apps.console_app:app", "--store", db, *auth]
     )
     assert served.exit_code == 0, served.output
-    assert "  console: http://0.0.0.0:8765/ops/ (sign in with a token)" in served.output
+    assert (
+        "  console: http://0.0.0.0:8765/ops/ (sign in with a token; "
+        "every valid token is an operator's)"
+    ) in served.output
 
 
 async def test_keel_serve_with_auth_refuses_the_console_without_the_token(

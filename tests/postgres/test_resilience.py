@@ -12,9 +12,11 @@ from typing import Any
 
 import anyio
 import psycopg
+import psycopg.sql
 import pytest
 
 from keel import StoreError
+from keel.errors import LeaseLost
 from keel.model import InputRequest, Status
 from keel.store import PostgresStore
 
@@ -167,6 +169,69 @@ async def test_lost_commit_reply_of_a_group(lost):
     for task in made:
         history = await store.history(task.task_id)
         assert sum(e.to_status is Status.COMPLETED for e in history) == 1
+
+
+async def test_lost_commit_replies_of_a_completing_group_and_a_claim_beside_it(lost):
+    """Claims have a lane of their own, so a claim runs in its own transaction beside a
+    group of completions: both replies lost, each write still applied exactly once (a
+    completion and a history entry per task; the claim returns its tasks, each claimed
+    once with the next fence)."""
+    store = lost()
+    first = [await store.create(name="job") for _ in range(20)]
+    leased = await store.claim(["job"], worker="w", lease_seconds=30, limit=20)
+    assert len(leased) == 20
+    second = [await store.create(name="job") for _ in range(10)]
+    store.lose = 2
+    done: list[Any] = []
+    claimed: list[Any] = []
+
+    async def complete(task: Any) -> None:
+        done.append(await store.complete(task.task_id, {"ok": 1}, fence=task.fence))
+
+    async def claim() -> None:
+        claimed.extend(await store.claim(["job"], worker="w2", lease_seconds=30, limit=10))
+
+    async with anyio.create_task_group() as tg:
+        for task in leased:
+            tg.start_soon(complete, task)
+        tg.start_soon(claim)
+    assert store.committed_then_lost == 2
+    assert sorted(t.task_id for t in done) == sorted(t.task_id for t in first)
+    assert sorted(t.task_id for t in claimed) == sorted(t.task_id for t in second)
+    for task in first:
+        history = await store.history(task.task_id)
+        assert [e.to_status for e in history].count(Status.COMPLETED) == 1, history
+        assert (await store.get(task.task_id)).result == {"ok": 1}
+    for task in claimed:
+        assert (task.fence, task.lease_owner) == (1, "w2")
+        history = await store.history(task.task_id)
+        assert sum(e.reason.startswith("claimed") for e in history) == 1, history
+
+
+async def test_a_write_group_that_wrote_nothing_keeps_no_operation_id(schema):
+    """A group's operation id goes to keel_write_log first; a group whose calls were all
+    refused before writing (a stale fence) rolls back, so neither the id nor anything
+    else is kept, and the task is unchanged."""
+    store = PostgresStore(store_url(schema))
+    try:
+        task = await store.create(name="job")
+        [leased] = await store.claim(["job"], worker="w", lease_seconds=30)
+
+        def logged() -> int:
+            with admin() as conn:
+                table = psycopg.sql.Identifier(schema, "keel_write_log")
+                query = psycopg.sql.SQL("SELECT count(*) FROM {}").format(table)
+                return int(conn.execute(query).fetchone()[0])  # type: ignore[index]
+
+        before = logged()
+        with pytest.raises(LeaseLost):
+            await store.complete(task.task_id, {"ok": 1}, fence=leased.fence + 1)
+        assert logged() == before
+        assert (await store.get(task.task_id)).status is Status.WORKING
+        await store.complete(task.task_id, {"ok": 1}, fence=leased.fence)
+        assert logged() == before + 1
+    finally:
+        await store.close()
 
 
 async def test_connection_killed_before_commit_is_retried_once(lost):

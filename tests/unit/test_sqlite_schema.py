@@ -12,7 +12,7 @@ from keel.store import SqliteStore
 from keel.store.sqlfiles import load_migrations
 from keel.store.sqlite import SCHEMA_VERSION
 
-TABLES = {"tasks", "task_events", "task_steps", "keel_schema", "task_changes"}
+TABLES = {"tasks", "task_events", "task_steps", "keel_schema", "task_changes", "keel_sessions"}
 INDEXES = {
     "tasks_owner_idempotency_key",
     "tasks_ready",

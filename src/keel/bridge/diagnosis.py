@@ -58,6 +58,7 @@ from keel.bridge.report import (
     weak_signals,
     why_none,
 )
+from keel.bridge.waiting import waiting
 
 __all__ = [
     "PHASES",
@@ -258,9 +259,10 @@ def _z_rate(p1: float, n1: int, p0: float, n0: int, floor: float) -> float:
 
 def _z_log(now: Mapping[str, Any], before: Mapping[str, Any]) -> float:
     """Welch's z of the mean log time per call against the baseline's."""
-    se = math.sqrt(
-        now["sd_log"] ** 2 / max(now["calls"], 1) + before["sd_log"] ** 2 / max(before["calls"], 1)
-    )
+    n1, n0 = now.get("timed", now["calls"]), before.get("timed", before["calls"])
+    if n1 < MIN_CALLS // 4 or n0 < MIN_CALLS // 2:
+        return 0.0  # too few calls timed (the others stand for lost spans)
+    se = math.sqrt(now["sd_log"] ** 2 / n1 + before["sd_log"] ** 2 / n0)
     delta = now["mean_log"] - before["mean_log"]
     return delta / se if se > 0 else (SURE * 2 if delta > 0 else 0.0)
 
@@ -336,6 +338,7 @@ def score_suspects(evidence: Mapping[str, Any]) -> Json:
     # Listed if its share is enough, before or after the cut of changes that belong to
     # another incident (a change cut stays listed: it is still a change).
     listed = _enough(impacts)
+    waiting(impacts, evidence, _own_change)  # a caller slower only where it waits for one
     _attribute(impacts, evidence)
     attribute(impacts, evidence.get("pair"))
     listed |= _enough(impacts)

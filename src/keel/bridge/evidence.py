@@ -39,7 +39,12 @@ __all__ = ["DEPENDENCY", "SERVICE", "ScopedSpan", "entity_of", "gather", "own_on
 
 DEPENDENCY = "dependency"
 SERVICE = "service"
-PRODUCER = 4  # OTLP span kind
+SERVER, CLIENT, PRODUCER = 2, 3, 4  # OTLP span kinds
+FRAGMENTS = (1, CLIENT, PRODUCER)
+"""Kinds of a span whose parent is missing (a sampled trace) that begin no call of their
+service: its internal, client and producer spans, the rest of a call whose entry span
+was lost. Their failures count; their own time (a call's part) would blur the service's.
+"""
 EXEMPLARS = 3  # calls kept per entity as citations
 SLOW_QUANTILE = 0.99  # a call slower than this share of the callee's baseline calls is slow
 MIN_CALLS = 20  # baseline calls an entity needs for a slow limit
@@ -73,6 +78,7 @@ class _Call:
     entry: ScopedSpan
     own_ns: int = 0
     started_failure: bool = False
+    callees: set[str] = field(default_factory=set)  # entities of the calls it made
 
 
 @dataclass(slots=True)
@@ -80,10 +86,12 @@ class _Window:
     """Per entity, its calls in one window."""
 
     own: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
+    calls: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     failures: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     exemplars: dict[str, list[tuple[float, str, str, float, bool]]] = field(
         default_factory=lambda: defaultdict(list)
     )
+    callees: dict[str, list[set[str]]] = field(default_factory=lambda: defaultdict(list))
 
 
 @dataclass(slots=True)
@@ -121,13 +129,29 @@ class _Trace:
     def answered(self, span: ScopedSpan) -> bool:
         """Whether a child span ran while ``span`` waited (a consumer that starts after
         its producer ended does not answer the publish: the broker did)."""
-        return any(c[6] < span[7] for c in self.children.get(span[1], []))
+        return any(c[6] < span[7] or _answers(span, c) for c in self.children.get(span[1], []))
 
     def waited(self, span: ScopedSpan) -> int:
-        """How long ``span``'s children ran within it (each clipped to the span)."""
-        return sum(
-            max(0, min(c[7], span[7]) - max(c[6], span[6])) for c in self.children.get(span[1], [])
-        )
+        """How long ``span`` waited within it: while any of its children ran (the union of
+        their times, clipped to the span; parallel calls overlap), and in the backoff
+        before each retry of a failed call (``_backoff``)."""
+        children = self.children.get(span[1], [])
+        if not children:
+            return 0
+        length = span[7] - span[6]
+        busy = [
+            (span[6], span[6] + min(c[7] - c[6], length))
+            if _answers(span, c)
+            else (max(c[6], span[6]), min(c[7], span[7]))
+            for c in children
+        ]
+        busy += _backoff(span, children)
+        total, reached = 0, span[6]
+        for lo, hi in sorted(busy):
+            if hi > reached and hi > lo:
+                total += hi - max(lo, reached)
+                reached = hi
+        return total
 
     def _cut(self, root: ScopedSpan, parent_call: _Call | None) -> None:
         todo = [(root, parent_call)]
@@ -180,6 +204,35 @@ class _Trace:
         return list(seen.values())
 
 
+def _answers(span: ScopedSpan, child: ScopedSpan) -> bool:
+    """Whether ``child`` is the server span answering the client span ``span``: it ran
+    while ``span`` waited, whatever the two hosts' clocks say (another host's clock may be
+    tens of milliseconds off, so the child is counted by its length, not clipped to the
+    parent's times: clipping would charge the skew to the caller as its own time)."""
+    return span[4] == CLIENT and child[4] == SERVER and child[3] != span[3]
+
+
+def _backoff(span: ScopedSpan, children: Sequence[ScopedSpan]) -> list[tuple[int, int]]:
+    """When ``span`` waited between a failed call and its retry (the next call from it to
+    the same callee): a retry's backoff, which the callee's failure caused, not ``span``'s
+    own work."""
+    out = []
+    for failed in children:
+        if not failed[8] or failed[4] not in OUTGOING or failed[5] is None:
+            continue
+        retry = min(
+            (
+                c[6]
+                for c in children
+                if c[5] == failed[5] and c[4] == failed[4] and c[6] >= failed[7]
+            ),
+            default=None,
+        )
+        if retry is not None:
+            out.append((max(failed[7], span[6]), min(retry, span[7])))
+    return out
+
+
 def _limits(traces: Sequence[_Trace], baseline: tuple[int, int]) -> dict[str, int]:
     """Per entity, the call duration only 1 % of its baseline calls exceed."""
     durations: dict[str, list[int]] = defaultdict(list)
@@ -227,14 +280,25 @@ def gather(
     for trace in traces:
         trace.failures(limits)
         for call in trace.calls:
+            parent = trace.spans.get(call.entry[2] or "")
+            if parent is not None and trace.call_of[parent[1]].entity != call.entity:
+                trace.call_of[parent[1]].callees.add(call.entity)
+        for call in trace.calls:
             kinds.setdefault(call.entity, trace.entity(call.entry)[1])
             parent = trace.spans.get(call.entry[2] or "")
             if parent is not None and trace.call_of[parent[1]].entity != call.entity:
                 callers[call.entity].add(trace.call_of[parent[1]].entity)
+            # a piece of a call whose entry span was lost: its failures count, not its time
+            piece = (
+                parent is None
+                and call.entry[2] is not None
+                and call.entry[4] in FRAGMENTS
+                and call.entry[3] == call.entity  # not a whole call to a dependency
+            )
             w = _window_of(call.entry[6], windows)
             if w is not None:
-                _count(seen[w], call, trace.duration(call))
-            if minutes is not None:
+                _count(seen[w], call, trace.duration(call), kinds[call.entity], piece)
+            if minutes is not None and not piece:
                 minutes.count(call)
         _scope(trace, symptom, windows, scope)
     out = _to_json(seen, scope, kinds, callers)
@@ -323,8 +387,14 @@ def own_onset(minutes: Sequence[Sequence[float]], change: Mapping[str, Any]) -> 
     return at, 1 - best / spread if spread > 0 else 0.0
 
 
-def _count(window: _Window, call: _Call, duration: int) -> None:
-    window.own[call.entity].append(max(call.own_ns, FLOOR_NS))
+def _count(window: _Window, call: _Call, duration: int, kind: str, piece: bool) -> None:
+    """Count a call; its own time unless it stands for a service's lost span (a caller's
+    client span that no span of the callee answered: its length is the callee's whole
+    subtree, not the callee's own time) or is a ``piece`` of a call (``FRAGMENTS``)."""
+    if not piece and (kind != SERVICE or call.entry[3] == call.entity):
+        window.own[call.entity].append(max(call.own_ns, FLOOR_NS))
+        window.callees[call.entity].append(call.callees)
+    window.calls[call.entity] += 1
     window.failures[call.entity] += call.started_failure
     rank = (1e18 if call.started_failure else 0.0) + call.own_ns
     kept = window.exemplars[call.entity]
@@ -357,17 +427,36 @@ def _scope(trace: _Trace, symptom: str, windows: Sequence[tuple[int, int]], scop
             scope.propagated[name] += bool(entry[8])
 
 
-def _stats(own: Sequence[int], failures: int) -> dict[str, Any]:
+def _stats(own: Sequence[int], failures: int, calls: int) -> dict[str, Any]:
+    """A window's ``calls`` of an entity: their failures, and the ``timed`` ones' own time."""
     logs = [math.log(ns / 1e6) for ns in own]
     n = len(own)
     return {
-        "calls": n,
+        "calls": calls,
+        "timed": n,
         "median_ms": statistics.median(own) / 1e6 if n else 0.0,
         "mean_log": statistics.fmean(logs) if n else 0.0,
         "sd_log": statistics.pstdev(logs) if n > 1 else 0.0,
         "failures": failures,
-        "failure_rate": failures / n if n else 0.0,
+        "failure_rate": failures / calls if calls else 0.0,
     }
+
+
+def _without(name: str, seen: Sequence[_Window]) -> dict[str, Any]:
+    """{callee: {"baseline": stats, "during": stats}} of the calls of ``name`` that did
+    not call that callee (a service slower only in the calls that wait for a slower
+    callee is waiting for it: ``diagnosis``)."""
+    pairs = [list(zip(w.own.get(name, []), w.callees.get(name, []), strict=True)) for w in seen]
+    callees = sorted({c for calls in pairs for _own, made in calls for c in made})
+    out: dict[str, Any] = {}
+    for callee in callees:
+        rest = [[own for own, made in calls if callee not in made] for calls in pairs]
+        if all(rest) and len(rest[0]) < len(pairs[0]):
+            out[callee] = {
+                label: _stats(values, 0, len(values))
+                for label, values in (("baseline", rest[0]), ("during", rest[1]))
+            }
+    return out
 
 
 def _to_json(
@@ -382,8 +471,10 @@ def _to_json(
         started = scope.started.get(name, 0)
         entities[name] = {
             "kind": kinds[name],
-            "baseline": _stats(seen[0].own.get(name, []), seen[0].failures.get(name, 0)),
-            "during": _stats(seen[1].own.get(name, []), seen[1].failures.get(name, 0)),
+            **{
+                label: _stats(w.own.get(name, []), w.failures.get(name, 0), w.calls.get(name, 0))
+                for label, w in zip(("baseline", "during"), seen, strict=True)
+            },
             "calls_per_request": scope.calls.get(name, 0) / requests if requests else 0.0,
             "reach": scope.reached.get(name, 0) / requests if requests else 0.0,
             "propagation": scope.propagated.get(name, 0) / started if started else 1.0,
@@ -392,6 +483,8 @@ def _to_json(
                 for _rank, t, s, d, e in seen[1].exemplars.get(name, [])
             ],
         }
+        if kinds[name] == SERVICE:
+            entities[name]["without"] = _without(name, seen)
     symptom = {
         label: {
             "requests": scope.requests[i],

@@ -40,7 +40,7 @@ __all__ = [
 ]
 
 MAX_SPANS = 300_000  # spans in a diagnosis's windows above which traces are sampled
-INDEX_FORMAT = "2"  # bump when the schema changes: an older index is rebuilt
+INDEX_FORMAT = "3"  # bump when the schema changes: an older index is rebuilt
 _SQL = load_queries("keel.bridge", "index.sql")
 
 
@@ -100,11 +100,17 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
-def _accumulate(stats: dict[tuple[str, int], list[int]], rows: list[Row]) -> None:
+def _accumulate(
+    stats: dict[tuple[str, int], list[int]], names: dict[tuple[str, str], int], rows: list[Row]
+) -> None:
     """Add spans to the per-service per-minute aggregates [spans, errors, sum, max]; a
-    service's client and producer spans time its callees, and are left out."""
+    service's client and producer spans time its callees, and are left out (their
+    callee's two names, if they give two, are counted in ``names``)."""
     for row in rows:
         if row[8] in OUTGOING:
+            if row[10] is not None and row[9] is not None:
+                pair = (row[10], row[9])
+                names[pair] = names.get(pair, 0) + 1
             continue
         key = (row[3], row[5] // NS_PER_MINUTE)
         duration = row[6] - row[5]
@@ -151,6 +157,7 @@ class _Ingest:
         self.batch_size = batch_size
         self.began = time.perf_counter()
         self.stats: dict[tuple[str, int], list[int]] = {}
+        self.names: dict[tuple[str, str], int] = {}
         self.sources: list[tuple[str, int, int, int]] = []
         self.total = self.done = self.duplicates = 0
         self.within = 0  # bytes of the current file its reader consumed so far
@@ -165,7 +172,7 @@ class _Ingest:
         size = path.stat().st_size
         self.within = 0
         for rows in self.read(path, self._consumed if self.progress is not None else None):
-            _accumulate(self.stats, rows)
+            _accumulate(self.stats, self.names, rows)
             pending.extend(rows)
             if len(pending) >= self.batch_size:
                 self.conn.executemany(_SQL["insert_span"], pending)
@@ -202,6 +209,9 @@ class _Ingest:
             [(s, m, *agg) for (s, m), agg in sorted(self.stats.items()) if agg[0]],
         )
         conn.executemany("INSERT INTO sources VALUES (?, ?, ?, ?)", self.sources)
+        conn.executemany(
+            _SQL["insert_peer_name"], [(a, p, n) for (a, p), n in sorted(self.names.items())]
+        )
         minutes = [m for _, m in self.stats]
         meta = {
             "format": INDEX_FORMAT,
@@ -338,20 +348,44 @@ class TraceIndex:
                 )
         return out
 
+    def peer_names(self) -> dict[str, str]:
+        """{other name: peer.service} of the callees that callers name two ways
+        (``peer_names``), where the other name is given to one callee only and is no
+        service's name."""
+        with self._connect() as conn:
+            pairs = conn.execute(_SQL["peer_names"]).fetchall()
+            known = {row[0] for row in conn.execute(_SQL["services"])}
+        peers: dict[str, set[str]] = {}
+        for aka, peer in pairs:
+            peers.setdefault(aka, set()).add(peer)
+        return {
+            aka: next(iter(found))
+            for aka, found in peers.items()
+            if len(found) == 1 and aka not in known and aka not in found
+        }
+
     def spans_between(
         self, services: Sequence[str], start: int, end: int, *, limit: int = MAX_SPANS
     ) -> tuple[list[ScopedSpan], float]:
         """Every span of ``services`` that starts in [start, end), and the share of traces
         read: above ``limit`` spans in the window, a deterministic sample of whole traces
-        (by trace id) is read instead, so memory and time stay bounded."""
+        (by trace id) is read instead, so memory and time stay bounded. A callee some
+        callers name by ``peer.service`` is named so for all (``peer_names``)."""
         first, last = start // NS_PER_MINUTE, -(-end // NS_PER_MINUTE)
         rows: list[ScopedSpan] = []
+        names = self.peer_names()
         with self._connect() as conn:
             count = conn.execute(_SQL["count_spans"], (first, last)).fetchone()[0]
             share = min(1.0, limit / count) if count else 1.0
             bound = "g" if share >= 1.0 else f"{int(share * 0x10000):04x}"
             for service in services:
-                rows.extend(conn.execute(_SQL["service_spans"], (service, start, end, bound)))
+                found = conn.execute(_SQL["service_spans"], (service, start, end, bound))
+                if not names:
+                    rows.extend(found)
+                    continue
+                rows.extend(
+                    (*row[:5], names[row[5]], *row[6:]) if row[5] in names else row for row in found
+                )
         return rows, share
 
     def callers(

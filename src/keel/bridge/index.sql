@@ -16,8 +16,18 @@ CREATE TABLE spans (
     end_ns    INTEGER NOT NULL CHECK (end_ns >= start_ns),
     error     INTEGER NOT NULL CHECK (error IN (0, 1)),
     kind      INTEGER NOT NULL,           -- OTLP span kind: 2 server, 3 client, 4 producer ...
-    peer      TEXT                        -- what a client/producer span calls, else NULL
+    peer      TEXT,                       -- what a client/producer span calls, else NULL
+    aka       TEXT                        -- the other name it gives that callee (peer_names)
 );
+-- Which names callers give one callee: a client span that names its callee by
+-- peer.service (peer) and by a database, topic or host (aka); callers without
+-- peer.service name it by the latter.
+CREATE TABLE peer_names (
+    aka   TEXT    NOT NULL,
+    peer  TEXT    NOT NULL,
+    spans INTEGER NOT NULL,
+    PRIMARY KEY (aka, peer)
+) WITHOUT ROWID;
 -- Per service, per minute, of its own spans (not its client and producer spans: those
 -- time other services): computed at ingest, so that baselines cost no span scan.
 CREATE TABLE minute_stats (
@@ -57,8 +67,15 @@ SELECT count(*), coalesce(sum(error), 0), coalesce(sum(end_ns - start_ns), 0),
 FROM spans WHERE service = ? AND start_ns >= ? AND start_ns < ? AND kind NOT IN (3, 4);
 
 -- name: insert_span
-INSERT INTO spans (trace_id, span_id, parent_id, service, name, start_ns, end_ns, error, kind, peer)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+INSERT INTO spans (trace_id, span_id, parent_id, service, name, start_ns, end_ns, error, kind, peer,
+                   aka)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+
+-- name: insert_peer_name
+INSERT INTO peer_names (aka, peer, spans) VALUES (?, ?, ?);
+
+-- name: peer_names
+SELECT aka, peer FROM peer_names;
 
 -- name: insert_minute
 INSERT INTO minute_stats (service, minute, spans, errors, duration_ns, max_ns)

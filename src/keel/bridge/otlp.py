@@ -52,6 +52,7 @@ __all__ = [
     "TRACE_SUFFIXES",
     "WHOLE_LIMIT",
     "Row",
+    "names_of",
     "peer_of",
     "read_spans",
     "trace_files",
@@ -62,10 +63,11 @@ WHOLE_LIMIT = 16 << 20  # characters: a larger request is walked span by span
 TRACE_SUFFIXES = (".json", ".jsonl", ".ndjson")
 UNKNOWN_SERVICE = "unknown_service"
 
-Row = tuple[str, str, str | None, str, str, int, int, int, int, str | None]
-"""(trace_id, span_id, parent_id, service, name, start_ns, end_ns, error 0/1, kind, peer):
-``kind`` is OTLP's span kind (0 unspecified, 1 internal, 2 server, 3 client, 4 producer,
-5 consumer); ``peer`` is what a client or producer span calls (see :func:`peer_of`)."""
+Row = tuple[str, str, str | None, str, str, int, int, int, int, str | None, str | None]
+"""(trace_id, span_id, parent_id, service, name, start_ns, end_ns, error 0/1, kind, peer,
+aka): ``kind`` is OTLP's span kind (0 unspecified, 1 internal, 2 server, 3 client, 4
+producer, 5 consumer); ``peer`` is what a client or producer span calls, and ``aka`` the
+other name it gives that callee, if any (see :func:`names_of`)."""
 
 KINDS = {
     "SPAN_KIND_UNSPECIFIED": 0,
@@ -163,9 +165,9 @@ def _row(span: Any, service: str) -> Row:
     status = span.get("status")
     code = status.get("code", 0) if isinstance(status, dict) else 0
     kind = _kind(span.get("kind", 0))
-    peer = peer_of(span.get("attributes")) if kind in OUTGOING else None
+    peer, aka = names_of(span.get("attributes")) if kind in OUTGOING else (None, None)
     error = int(code in _ERROR_CODES)
-    return (trace_id, span_id, parent_id, service, name, start, end, error, kind, peer)
+    return (trace_id, span_id, parent_id, service, name, start, end, error, kind, peer, aka)
 
 
 def _kind(value: Any) -> int:
@@ -179,8 +181,16 @@ def _kind(value: Any) -> int:
 def peer_of(attributes: Any) -> str | None:
     """The callee a client or producer span names (the first of :data:`PEER_KEYS` it
     carries as a non-empty string), or None."""
+    return names_of(attributes)[0]
+
+
+def names_of(attributes: Any) -> tuple[str | None, str | None]:
+    """(peer, aka): the callee a client or producer span names (:func:`peer_of`), and,
+    when that is its ``peer.service``, the name the span would have without it (the next
+    of :data:`PEER_KEYS`: its database, topic or host), if another. Callers that set no
+    ``peer.service`` name the callee by that other name: ``aka`` tells they are one."""
     if not isinstance(attributes, list):
-        return None
+        return None, None
     found: dict[str, str] = {}
     for attribute in attributes:
         if not isinstance(attribute, dict):
@@ -191,7 +201,18 @@ def peer_of(attributes: Any) -> str | None:
             text = value.get("stringValue") if isinstance(value, dict) else None
             if isinstance(text, str) and text.strip():
                 found[key] = text.strip()
-    return next((found[key] for key in PEER_KEYS if key in found), None)
+    return _names(found)
+
+
+def _names(found: dict[str, str]) -> tuple[str | None, str | None]:
+    """(peer, aka) from the :data:`PEER_KEYS` values a span carries (``names_of``)."""
+    if not found:
+        return None, None
+    ranked = [found[key] for key in PEER_KEYS if key in found]
+    if "peer.service" not in found:
+        return ranked[0], None
+    aka = next((name for name in ranked[1:] if name != ranked[0]), None)
+    return ranked[0], aka
 
 
 def _service(resource: Any) -> str:
@@ -266,8 +287,8 @@ class _Refused(Exception):
     """The fast path does not take this request as is (the general path reads it)."""
 
 
-def _fast_peer(raw: msgspec.Raw) -> str | None:
-    """:func:`peer_of` over a span's attributes, still undecoded."""
+def _fast_names(raw: msgspec.Raw) -> tuple[str | None, str | None]:
+    """:func:`names_of` over a span's attributes, still undecoded."""
     found = {
         a.key: text
         for a in (_ATTRIBUTES.decode(raw) if raw else None) or ()
@@ -276,7 +297,7 @@ def _fast_peer(raw: msgspec.Raw) -> str | None:
         and isinstance(a.value.stringValue, str)
         and (text := a.value.stringValue.strip())
     }
-    return next((found[key] for key in PEER_KEYS if key in found), None) if found else None
+    return _names(found)
 
 
 def _fast_row(span: _Span, service: str) -> Row:
@@ -285,6 +306,7 @@ def _fast_row(span: _Span, service: str) -> Row:
     if end < start:
         raise _Refused
     status, kind = span.status, span.kind
+    peer, aka = _fast_names(span.attributes) if kind in OUTGOING else (None, None)
     return (
         span.traceId,
         span.spanId,
@@ -295,7 +317,8 @@ def _fast_row(span: _Span, service: str) -> Row:
         end,
         int(status is not None and status.code in _ERROR_CODES),
         kind,
-        _fast_peer(span.attributes) if kind in OUTGOING else None,
+        peer,
+        aka,
     )
 
 

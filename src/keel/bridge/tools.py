@@ -1,13 +1,18 @@
 """The Bridge's plain tools: ``get_incident``, ``search_traces``, ``list_deploys``.
 
 Every citation of a diagnosis names one of these tools and the arguments that resolve
-it. Each tool answers with structured content and text; bad input (an unknown incident,
-a time range that ends before it starts …) is a tool error (``isError: true``) with a
-message that says what is wrong, as MCP asks of input validation errors, so that a model
-can correct its call. Every argument is bounded in the published ``inputSchema``
-(lengths, ranges, finite numbers; the SDK refuses what falls outside it, naming the
-field) and again here, where times are parsed: a time outside
-:data:`FIRST_TIME`..:data:`LAST_TIME` is refused by name, never a crash.
+it. Each tool answers with structured content and text.
+
+An argument that is not what the tool takes is refused as Keel refuses every tool's
+invalid arguments: JSON-RPC ``-32602`` naming it (``arguments.limit: …``), through the
+one mapping of Keel errors (:func:`keel.mcp.answers.mcp_error`). Every argument is
+bounded in the published ``inputSchema`` (lengths, ranges, types, finite numbers), which
+the server checks before the tool runs (:mod:`keel.mcp.plain_tools`), and times again
+here, where they are parsed: a time that is not ISO 8601, outside
+:data:`FIRST_TIME`..:data:`LAST_TIME`, or a range that ends before it starts is
+:class:`~keel.errors.ArgumentsRejected` naming the argument, never a crash. What the
+data does not have (an unknown incident or deploy) is a tool error (``isError: true``)
+saying so.
 """
 
 from __future__ import annotations
@@ -27,7 +32,8 @@ from keel.bridge.core import Bridge, open_bridge
 from keel.bridge.errors import BadQuery, BridgeError
 from keel.bridge.records import parse_time
 from keel.bridge.settings import BridgeSettings
-from keel.errors import KeelError
+from keel.errors import ArgumentsRejected, KeelError
+from keel.mcp.answers import mcp_error
 
 __all__ = ["FIRST_TIME", "LAST_TIME", "MAX_DURATION_MS", "MAX_LIMIT", "BridgeTools", "add_tools"]
 
@@ -47,7 +53,16 @@ Limit = Annotated[int, Field(ge=1, le=MAX_LIMIT)]
 Duration = Annotated[float, Field(ge=0, le=MAX_DURATION_MS, allow_inf_nan=False)]
 
 
+def _refused(what: str, reason: str) -> ArgumentsRejected:
+    return ArgumentsRejected(f"arguments.{what}", what, reason)
+
+
 def _time(value: str | None, what: str) -> int | None:
+    """Argument ``what`` as nanoseconds since the epoch (None when not given).
+
+    Raises:
+        ArgumentsRejected: not ISO 8601, or outside FIRST_TIME..LAST_TIME.
+    """
     if value is None or value == "":
         return None
     try:
@@ -55,9 +70,9 @@ def _time(value: str | None, what: str) -> int | None:
     except OverflowError:  # a valid date that no timestamp reaches (year 9999 - 14:00)
         ns = None
     except ValueError as exc:
-        raise BadQuery(str(exc)) from None
+        raise _refused(what, str(exc).removeprefix(f"{what} ")) from None  # named once
     if ns is None or not _TIME_RANGE[0] <= ns < _TIME_RANGE[1]:
-        raise BadQuery(f"{what} must be from {FIRST_TIME} to before {LAST_TIME}, not {value!r}")
+        raise _refused(what, f"must be from {FIRST_TIME} to before {LAST_TIME}, not {value!r}")
     return ns
 
 
@@ -69,18 +84,19 @@ def _range(
 ) -> tuple[int | None, int | None]:
     first, last = _time(start, names[0]), _time(end, names[1])
     if first is not None and last is not None and last <= first:
-        raise BadQuery(f"bad time range: {names[1]} ({end}) must be after {names[0]} ({start})")
+        raise _refused(names[1], f"bad time range: must be after {names[0]} ({start}), not {end}")
     return first, last
 
 
 def _limit(limit: int) -> int:
     if not 1 <= limit <= MAX_LIMIT:
-        raise BadQuery(f"limit must be between 1 and {MAX_LIMIT}, not {limit}")
+        raise _refused("limit", f"must be between 1 and {MAX_LIMIT}, not {limit}")
     return limit
 
 
 class BridgeTools:
-    """The tools' logic over one :class:`Bridge` (raises BridgeError for bad input)."""
+    """The tools' logic over one :class:`Bridge`: raises ArgumentsRejected for an
+    argument it cannot use, BridgeError for what the data does not have."""
 
     def __init__(self, bridge: Bridge) -> None:
         self.bridge = bridge
@@ -105,8 +121,8 @@ class BridgeTools:
         if min_duration_ms is not None and not (
             math.isfinite(min_duration_ms) and 0 <= min_duration_ms <= MAX_DURATION_MS
         ):
-            raise BadQuery(
-                f"min_duration_ms must be from 0 to {MAX_DURATION_MS:.0f}, not {min_duration_ms}"
+            raise _refused(
+                "min_duration_ms", f"must be from 0 to {MAX_DURATION_MS:.0f}, not {min_duration_ms}"
             )
         spans, total = self.bridge.index.search(
             service=service,
@@ -193,6 +209,8 @@ def add_tools(server: MCPServer[Any], settings: BridgeSettings) -> None:
 
         try:
             value = await anyio.to_thread.run_sync(run)
+        except ArgumentsRejected as exc:  # -32602 naming the argument, as for every tool
+            raise mcp_error(exc) from exc
         except (BridgeError, KeelError) as exc:
             raise ToolError(str(exc)) from exc
         return CallToolResult(

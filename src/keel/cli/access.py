@@ -4,8 +4,12 @@ allow-lists and old-protocol session limits (what they do: :mod:`keel.mcp.access
 They are read like keel serve's other options (command line, environment, the
 ``[serve]`` table of keel.toml: ``auth``, ``insecure_no_auth``, ``allowed_hosts``,
 ``allowed_origins``, ``max_sessions``, ``session_idle_timeout``, ``jwt_issuer``,
-``jwt_audience``, ``jwt_jwks_url``), and reach ``serve`` among its other keyword
-arguments, which :func:`serve_access` takes them from.
+``jwt_audience``, ``jwt_jwks_url``, ``operators``), and reach ``serve`` among its other
+keyword arguments, which :func:`serve_access` takes them from.
+
+``--operators NAME[,NAME]`` (keel.toml: a list of names) limits the operator console
+to those principals (token names, JWT subjects): another valid token may call ``/mcp``
+but gets 403 from ``/ops``. Without it every valid token is an operator's.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ __all__ = [
     "access_problem",
     "check_served",
     "console_auth",
+    "console_operators",
+    "operators_line",
     "refuse_over_stdio",
     "serve_access",
 ]
@@ -40,13 +46,26 @@ __all__ = [
 ACCESS_KEYS = frozenset(
     {
         "auth", "insecure_no_auth", "allowed_hosts", "allowed_origins", "max_sessions",
-        "session_idle_timeout", "jwt_issuer", "jwt_audience", "jwt_jwks_url",
+        "session_idle_timeout", "jwt_issuer", "jwt_audience", "jwt_jwks_url", "operators",
     }
 )  # fmt: skip
 """The ``[serve]`` keys of these options (the parameter names ``serve`` receives)."""
 
 DEFAULT_MAX_SESSIONS = 1_000  # keel.mcp.access.MAX_SESSIONS (not imported: keel --help stays fast)
 DEFAULT_IDLE = 300.0  # seconds: keel.mcp.access.SESSION_IDLE_TIMEOUT
+
+
+class _Names(click.ParamType[str]):
+    """Names separated by commas on the command line; in keel.toml, a list of names too
+    (given back as one string, commas between them: :func:`parse_operators` splits it)."""
+
+    name = "names"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, list | tuple):
+            return ",".join(str(item) for item in value)
+        return str(value)
+
 
 AUTH_OPTIONS: list[Callable[[Any], Any]] = [
     click.option(
@@ -73,8 +92,16 @@ AUTH_OPTIONS: list[Callable[[Any], Any]] = [
         metavar="URL",
         help="--auth jwt: where the issuer publishes its signing keys (JWKS).",
     ),
+    click.option(
+        "--operators",
+        type=_Names(),
+        envvar="KEEL_OPERATORS",
+        metavar="NAME[,NAME]",
+        help="With --auth: the principals (token names, JWT subjects) who may use the "
+        "operator console; another valid token gets 403 there. Default: every valid token.",
+    ),
 ]
-"""``--auth`` and the ``--jwt-*`` options alone: what ``keel ops`` takes (the console)."""
+"""``--auth``, the ``--jwt-*`` options and ``--operators``: what ``keel ops`` takes."""
 
 ACCESS_OPTIONS: list[Callable[[Any], Any]] = [
     AUTH_OPTIONS[0],  # --auth
@@ -119,7 +146,7 @@ ACCESS_OPTIONS: list[Callable[[Any], Any]] = [
         metavar="SECONDS",
         help="A 2025-11-25 session with no request for this long is closed.",
     ),
-    *AUTH_OPTIONS[1:],  # --jwt-*
+    *AUTH_OPTIONS[1:],  # --jwt-*, --operators
 ]
 
 _STRINGS = frozenset({"auth", "jwt_issuer", "jwt_audience", "jwt_jwks_url"})
@@ -134,6 +161,11 @@ def access_problem(key: str, value: object) -> str | None:
         isinstance(value, list) and all(isinstance(item, str) for item in value)
     ):
         return f"must be a list of strings, not {value!r}"
+    if key == "operators" and not (
+        isinstance(value, str)
+        or (isinstance(value, list) and all(isinstance(item, str) for item in value))
+    ):
+        return f"must be a list of names (or one string, names separated by commas), not {value!r}"
     if key == "insecure_no_auth" and not isinstance(value, bool):
         return f"must be true or false, not {value!r}"
     if key == "max_sessions" and (isinstance(value, bool) or not isinstance(value, int)):
@@ -153,6 +185,8 @@ class ServeAccess:
     http: HttpAccess
     auth: ServerAuth | None
     lines: list[str] = field(default_factory=list)
+    operators: frozenset[str] | None = None
+    """Who may use the operator console (None: every valid token)."""
 
 
 def serve_access(host: str, port: int, options: dict[str, Any]) -> ServeAccess:
@@ -183,8 +217,9 @@ def serve_access(host: str, port: int, options: dict[str, Any]) -> ServeAccess:
     )
     if auth is None and insecure and not is_loopback(host):
         warn(f"--insecure-no-auth: anyone who can reach {host}:{port} may call every tool")
+    operators = console_operators(values, auth)
     lines = [f"  auth:    {'none' if auth is None else auth.description}", *http.describe()]
-    return ServeAccess(http, auth, lines)
+    return ServeAccess(http, auth, lines, operators)
 
 
 def refuse_over_stdio(options: dict[str, Any]) -> None:
@@ -227,6 +262,36 @@ def console_auth(host: str, port: int, options: dict[str, Any]) -> ServerAuth | 
         KeelError: the token file or the JWT settings cannot be used.
     """
     return _auth(str(options.get("auth") or "none"), host, port, options)
+
+
+def console_operators(options: dict[str, Any], auth: ServerAuth | None) -> frozenset[str] | None:
+    """The operator list ``--operators`` names (None: not given), for a console whose
+    authentication is ``auth``.
+
+    Raises:
+        KeelCliError: an empty name, or a list without ``--auth``.
+    """
+    from keel.ops.signin import parse_operators
+
+    given = options.get("operators")
+    try:
+        operators = parse_operators(given or None)
+    except ValueError as exc:
+        raise KeelCliError(f"--operators: {exc}") from exc
+    if operators is not None and auth is None:
+        raise KeelCliError(
+            "--operators needs --auth: without a token nobody is told apart "
+            "(on loopback, everyone is the operator)"
+        )
+    return operators
+
+
+def operators_line(access: ServeAccess | frozenset[str] | None) -> str:
+    """Who may use the console, for a startup message."""
+    operators = access.operators if isinstance(access, ServeAccess) else access
+    if operators is None:
+        return "every valid token is an operator's"
+    return f"operators: {', '.join(sorted(operators))}"
 
 
 def _auth(spec: str, host: str, port: int, values: dict[str, Any]) -> ServerAuth | None:

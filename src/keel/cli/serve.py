@@ -44,6 +44,7 @@ from keel.cli.access import (
     ServeAccess,
     access_problem,
     check_served,
+    operators_line,
     refuse_over_stdio,
     serve_access,
 )
@@ -60,7 +61,16 @@ from keel.store import ENV_VAR, Location, parse_location
 if TYPE_CHECKING:
     from keel.mcp.serving import Served, ServeSettings
 
-__all__ = ["BUILT_IN", "OWN_KEYS", "AppModule", "check_port", "serve", "served_apps"]
+__all__ = [
+    "BUILT_IN",
+    "OWN_KEYS",
+    "AppModule",
+    "check_port",
+    "config_table",
+    "serve",
+    "served_apps",
+    "store_location",
+]
 
 BUILT_IN = {"bridge": "keel.bridge", "conformance": "keel.conformance"}
 """The apps served by name: each a module with ``build_server`` (see keel.mcp.serving)."""
@@ -177,8 +187,14 @@ class ServeCommand(click.Command):
         return [*params[:at], *extra, *params[at:]]
 
 
-def _read_config(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
-    """Load the TOML file into the command's defaults (below flags and environment)."""
+def config_table(ctx: click.Context, value: str | None) -> tuple[Path, dict[str, Any]] | None:
+    """The checked ``[serve]`` table of the TOML file ``value`` names (``--config``), else
+    of ``./keel.toml`` if there is one; None without a file (``keel ops`` reads it too).
+
+    Raises:
+        click.BadParameter: a file named that is not there or cannot be read, a table
+            other than ``[serve]``, an unknown key or a value of the wrong type.
+    """
     explicit = value is not None
     path = Path(value) if value is not None else Path(DEFAULT_CONFIG)
     try:
@@ -206,6 +222,15 @@ def _read_config(ctx: click.Context, _param: click.Parameter, value: str | None)
     problem = _table_problem(table, _apps(ctx))
     if problem:
         raise click.BadParameter(f"{path}: {problem}", param_hint="--config")
+    return path, table
+
+
+def _read_config(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """Load the TOML file into the command's defaults (below flags and environment)."""
+    found = config_table(ctx, value)
+    if found is None:
+        return None
+    path, table = found
     defaults = dict(table)
     ctx.meta["keel.config_store"] = defaults.pop("store", None)
     if "app" in defaults:  # the key is the option's name; click's default map wants the
@@ -256,7 +281,7 @@ def _type_problem(key: str, value: object) -> str | None:
     return access_problem(key, value)
 
 
-def _store_location(ctx: click.Context, data_dir: Path) -> Location:
+def store_location(ctx: click.Context, data_dir: Path) -> Location:
     """--store (here or on ``keel``), then $KEEL_STORE, then the config file, then the
     data directory's keel.db."""
     state = ctx.find_object(CliState)
@@ -377,7 +402,7 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
     configure(log_format, verbose=verbose)
     configure_from_environment("keel-serve")  # OTEL_EXPORTER_OTLP_*: spans exported
     telemetry = Telemetry(expect_workers=not no_worker)
-    location = _store_location(ctx, data_dir)
+    location = store_location(ctx, data_dir)
     if location.kind == "memory" and no_worker:
         raise KeelCliError("--no-worker with memory:// could never run a task")
     if transport == "stdio":
@@ -414,7 +439,10 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
     if check:
         return
     if transport == "stdio":
-        run_stdio(served.server, settings.closed)  # SIGTERM: tasks given back, store closed
+        # SIGTERM: listen streams closed with their result, tasks given back, store closed
+        run_stdio(
+            served.server, settings.closed, on_stop=settings.stopping, draining=settings.draining
+        )
         return
     _run_http(served, settings, host, port, access, mounts, json_logs=log_format == "json")
 
@@ -479,13 +507,20 @@ def _console(
     if auth is None and not is_loopback(host):
         return f"off ({host} is not loopback, and no --auth is set)", {}
     app = served.app
+    deadlines = {
+        name: task.options.deadline_seconds
+        for name, task in app.tasks.items()
+        if task.options.deadline_seconds is not None
+    }
     console = ops_app(
         app.store,
         on_ready=app.events.ready,
         on_cancel=app.events.cancelled,
         auth=None if auth is None else auth.verifier,
+        deadlines=deadlines,  # /workers judges attempts past them
+        operators=None if access is None else access.operators,
     )
-    signin = "" if auth is None else " (sign in with a token)"
+    signin = "" if auth is None else f" (sign in with a token; {operators_line(access)})"
     return f"http://{host}:{port if port else '<port>'}{MOUNT}/{signin}", {MOUNT: console}
 
 

@@ -19,7 +19,11 @@ limits on old-protocol sessions, and the bearer authentication the server is bui
   :mod:`keel.mcp.jwt_auth`) and the SDK's ``AuthSettings``, which the ``MCPServer`` is
   built with (``keel.mcp.serving.app_server``): the SDK then answers 401 with
   ``WWW-Authenticate`` to a request without a valid token, and the token's principal owns
-  the tasks it creates.
+  the tasks it creates. A verifier that cannot check a token because what it relies on
+  is down (the JWKS of ``--auth jwt`` unreachable) says so with
+  :func:`report_auth_outage`, and :class:`AuthOutageGuard` answers that request 503
+  with ``Retry-After`` instead of the SDK's 401, which would tell the client that its
+  token is bad.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ import ipaddress
 import json
 import socket
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from typing import Any
 
 from mcp.server import MCPServer
@@ -40,12 +45,14 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from keel.errors import ConfigurationError
-from keel.mcp.wire import SESSIONS_FULL
+from keel.mcp.wire import AUTH_UNAVAILABLE, SESSIONS_FULL
 
 __all__ = [
+    "AUTH_OUTAGE_RETRY",
     "LOOPBACK_HOSTS",
     "MAX_SESSIONS",
     "SESSION_IDLE_TIMEOUT",
+    "AuthOutageGuard",
     "HostOriginGuard",
     "HttpAccess",
     "ServerAuth",
@@ -53,12 +60,14 @@ __all__ = [
     "bind_problem",
     "is_loopback",
     "own_url",
+    "report_auth_outage",
 ]
 
 MAX_SESSIONS = 1_000
 """Old-protocol sessions open at once, by default (the SDK's own default is 10,000: a
 flood of ``initialize`` calls took a server to 462 MB before it)."""
 SESSIONS_FULL_RETRY = 5.0  # seconds a client refused a session is told to wait
+AUTH_OUTAGE_RETRY = 5.0  # seconds a client whose token could not be checked is told to wait
 SESSION_IDLE_TIMEOUT = 300.0  # seconds an old-protocol session may sit idle (SDK: 1,800)
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 """Host names every server answers to, with any port: a client on the same machine."""
@@ -215,7 +224,7 @@ class HttpAccess:
         )
         for path, mounted in (mounts or {}).items():
             app.mount(path, mounted)
-        return HostOriginGuard(SessionsFull(app, self), security)
+        return HostOriginGuard(SessionsFull(AuthOutageGuard(app), self), security)
 
     def describe(self) -> list[str]:
         """Lines for ``keel serve``'s startup message."""
@@ -343,3 +352,79 @@ class SessionsFull:
             media_type="application/json",
             headers={"Retry-After": str(round(SESSIONS_FULL_RETRY))},
         )
+
+
+@dataclass(slots=True)
+class _Outage:
+    """What one request's token check could not reach, if anything."""
+
+    causes: list[str] = field(default_factory=list[str])
+
+
+_OUTAGE: ContextVar[_Outage | None] = ContextVar("keel_auth_outage", default=None)
+"""The current request's :class:`_Outage` (set by :class:`AuthOutageGuard`)."""
+
+
+def report_auth_outage(cause: str) -> None:
+    """Tell the request being served that its token could not be checked because of
+    ``cause`` (what is down, e.g. "the JWKS at URL cannot be fetched: ..."), not because
+    it is bad. The verifier then returns None as usual; :class:`AuthOutageGuard` turns
+    the SDK's 401 into a 503. Outside a guarded request this does nothing."""
+    outage = _OUTAGE.get()
+    if outage is not None:
+        outage.causes.append(cause)
+
+
+class AuthOutageGuard:
+    """ASGI middleware: a request whose token could not be checked because the
+    authentication's own infrastructure failed (:func:`report_auth_outage`) is answered
+    HTTP 503 with ``Retry-After`` and a JSON-RPC error
+    (:data:`~keel.mcp.wire.AUTH_UNAVAILABLE`, naming the cause, ``data.retryAfterMs``),
+    not the SDK's 401 ``invalid_token``: the client's token may be perfectly good.
+
+    The SDK's bearer backend has no way to tell "bad token" from "cannot check": its
+    verifier returns a principal or None. The verifier reports the outage through a
+    context variable this sets for each request (the same task runs the SDK's
+    authentication), and only a 401 of a request that reported one is replaced.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        outage = _Outage()
+        reset = _OUTAGE.set(outage)
+        replaced = False
+
+        async def watch(message: Message) -> None:
+            nonlocal replaced
+            if message["type"] == "http.response.start":
+                replaced = message["status"] == 401 and bool(outage.causes)
+                if replaced:
+                    await _outage_response(outage.causes[-1])(scope, receive, send)
+                    return
+            if not replaced:  # the replaced 401's body is dropped
+                await send(message)
+
+        try:
+            await self.app(scope, receive, watch)
+        finally:
+            _OUTAGE.reset(reset)
+
+
+def _outage_response(cause: str) -> Response:
+    message = (
+        f"cannot check the access token now: {cause}. This is the server's authentication "
+        f"failing, not the token: try again in {AUTH_OUTAGE_RETRY:g} s"
+    )
+    retry_ms = round(AUTH_OUTAGE_RETRY * 1000)
+    error = {"code": AUTH_UNAVAILABLE, "message": message, "data": {"retryAfterMs": retry_ms}}
+    return Response(
+        json.dumps({"jsonrpc": "2.0", "id": None, "error": error}),
+        status_code=503,
+        media_type="application/json",
+        headers={"Retry-After": str(round(AUTH_OUTAGE_RETRY))},
+    )

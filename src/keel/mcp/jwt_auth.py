@@ -29,7 +29,7 @@ from mcp.server.auth.settings import AuthSettings
 from pydantic import AnyHttpUrl, ValidationError
 
 from keel.errors import ConfigurationError
-from keel.mcp.access import ServerAuth
+from keel.mcp.access import ServerAuth, report_auth_outage
 
 __all__ = ["ALGORITHMS", "LEEWAY", "JwtVerifier", "jwt_auth"]
 
@@ -42,6 +42,7 @@ ALGORITHMS = (
 LEEWAY = 30.0  # seconds of clock difference allowed on exp, nbf and iat
 JWKS_LIFESPAN = 300.0  # seconds the fetched key set is kept
 JWKS_TIMEOUT = 10.0  # seconds one fetch of the key set may take
+JWKS_COOLDOWN = 30.0  # seconds between fetches for a key id the set does not have
 REQUIRED = ["exp", "iss", "aud", "sub"]
 
 
@@ -49,20 +50,40 @@ class JwtVerifier:
     """The SDK's ``TokenVerifier`` for JWTs of one issuer and audience, signed by a key
     of the issuer's JWKS."""
 
-    def __init__(self, *, issuer: str, audience: str, jwks_url: str) -> None:
+    def __init__(
+        self,
+        *,
+        issuer: str,
+        audience: str,
+        jwks_url: str,
+        jwks_timeout: float = JWKS_TIMEOUT,
+        jwks_cooldown: float = JWKS_COOLDOWN,
+    ) -> None:
         self.issuer = issuer
         self.audience = audience
+        self.jwks_url = jwks_url
         self.jwks = jwt.PyJWKClient(
-            jwks_url, cache_keys=True, lifespan=JWKS_LIFESPAN, timeout=JWKS_TIMEOUT
+            jwks_url,
+            cache_keys=True,
+            lifespan=JWKS_LIFESPAN,
+            timeout=jwks_timeout,
+            cooldown_duration=jwks_cooldown,
         )
 
     async def verify_token(self, token: str) -> AccessToken | None:
         """The principal of a valid token, or None (HTTP 401): a bad signature, another
-        issuer or audience, expired, or keys that cannot be fetched."""
+        issuer or audience, expired. Keys that cannot be fetched (the JWKS unreachable,
+        timing out, answering an HTTP error) are reported as an outage
+        (:func:`~keel.mcp.access.report_auth_outage`): HTTP 503, not 401."""
         try:
             claims = await anyio.to_thread.run_sync(self._claims, token)
         except jwt.PyJWKClientConnectionError as exc:
             log.warning("cannot fetch the JWKS to verify a token: %s", exc)
+            reason = exc.__cause__ or exc  # the URLError / TimeoutError / HTTPError
+            report_auth_outage(
+                f"the authorization server's keys (JWKS) cannot be fetched from "
+                f"{self.jwks_url} ({reason})"
+            )
             return None
         except (jwt.PyJWTError, ValueError) as exc:  # PyJWKClientError is a PyJWTError
             log.info("token refused: %s", exc)

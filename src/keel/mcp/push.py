@@ -50,7 +50,8 @@ events still reach every listen stream::
     )
 
 ``push.close()`` ends every open stream gracefully (``keel serve`` calls it when a
-signal stops the server); the feed reader stops with the lifespan.
+signal stops the server, on HTTP and on stdio, where it then waits for
+``push.wait_closed()`` before it stops serving); the feed reader stops with the lifespan.
 """
 
 from __future__ import annotations
@@ -230,6 +231,7 @@ class TaskPush:
         self._watchers: dict[str, set[_Stream | _Session]] = {}
         self._running = False
         self._tg: anyio.abc.TaskGroup | None = None
+        self._emptied = anyio.Event()  # set (and replaced) each time the last stream ends
 
     @property
     def streams(self) -> int:
@@ -272,6 +274,18 @@ class TaskPush:
         frame (the spec's graceful close). Idempotent; returns at once."""
         for stream in list(self._streams):
             stream.close()
+
+    async def wait_closed(self) -> bool:
+        """Wait until no listen stream is open (after :meth:`close`, each returns its
+        result to the transport once it has sent what it had). Whether any was open.
+
+        ``keel serve --transport stdio`` waits for this on SIGTERM before it stops
+        serving: cancelling the server at once would cut the streams without their
+        result (``keel.mcp.serving.run_stdio``)."""
+        had = bool(self._streams)
+        while self._streams:
+            await self._emptied.wait()
+        return had
 
     async def _follow(self, started: anyio.Event) -> None:
         """Fan the store's committed changes out to the streams watching those tasks."""
@@ -322,6 +336,9 @@ class TaskPush:
             unsubscribe()
             self._unwatch(stream, set(stream.watched))
             self._streams.discard(stream)
+            if not self._streams:
+                self._emptied.set()
+                self._emptied = anyio.Event()
 
     def _watch(self, stream: _Stream | _Session, task_ids: Iterable[str]) -> None:
         if isinstance(stream, _Stream):

@@ -37,7 +37,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,6 +67,8 @@ __all__ = [
 ]
 
 STOP_WAIT = 9.0  # seconds a signalled stdio server waits for its lifespan to close the store
+STREAMS_WAIT = 3.0  # seconds a signalled stdio server waits for its listen streams to end
+FLUSH_GRACE = 1.0  # seconds the SDK's stdout writer then gets for the streams' last frames
 REQUEST_GRACE = 2  # seconds (uvicorn takes whole ones) open requests get after a signal
 
 Lifespan = Callable[[MCPServer[Any]], AbstractAsyncContextManager[dict[str, Any]]]
@@ -84,6 +86,7 @@ def app_server(
     closed: threading.Event | None = None,
     auth: ServerAuth | None = None,
     stopping: list[Callable[[], None]] | None = None,
+    draining: list[Callable[[], Awaitable[bool]]] | None = None,
     telemetry: Telemetry | None = None,
 ) -> MCPServer[Any]:
     """An ``MCPServer`` named ``name`` serving ``app``'s tasks through the tasks extension
@@ -106,6 +109,8 @@ def app_server(
     ``stopping``, if given, gets what must run when a signal stops the server, before
     open requests get their grace: ending the listen streams gracefully
     (:meth:`keel.mcp.push.TaskPush.close`); :func:`run_http` takes it as ``on_stop``.
+    ``draining``, if given, gets what to wait for after that, before the server stops
+    serving (:meth:`~keel.mcp.push.TaskPush.wait_closed`); :func:`run_stdio` takes both.
     ``telemetry``: its ``/healthz``, ``/readyz`` and ``/metrics`` on the HTTP app, and its
     readiness reads in the lifespan (:mod:`keel.telemetry`).
 
@@ -116,6 +121,8 @@ def app_server(
     push = tasks.push()  # notifications/tasks on subscriptions/listen (keel.mcp.push)
     if stopping is not None:
         stopping.append(push.close)
+    if draining is not None:
+        draining.append(push.wait_closed)
     lifespan = keel_lifespan(app, concurrency=concurrency, run_workers=run_workers)
     if telemetry is not None:
         lifespan = telemetry.lifespan(lifespan)
@@ -230,15 +237,23 @@ def _exit_zero(_signum: int, _frame: object) -> None:
     raise SystemExit(0)
 
 
-def run_stdio(server: MCPServer[Any], closed: threading.Event) -> None:
+def run_stdio(
+    server: MCPServer[Any],
+    closed: threading.Event,
+    *,
+    on_stop: Iterable[Callable[[], None]] = (),
+    draining: Iterable[Callable[[], Awaitable[bool]]] = (),
+) -> None:
     """Serve ``server`` over stdio until stdin ends or SIGTERM / SIGINT comes; ``closed``
     is set when its lifespan has closed the store (:attr:`ServeSettings.closed`).
 
     The SDK's ``run("stdio")`` leaves SIGTERM to Python's default, which ends the process
-    at once: no task given back, the store never closed. Here a signal cancels the
-    serving, so its lifespan ends as at the end of stdin (the workers give their tasks
-    back, the store is closed); then the process exits, since the SDK's stdin reader
-    stays blocked in a thread until a line or the end of stdin comes.
+    at once: no task given back, the store never closed. Here a signal first runs
+    ``on_stop`` (the listen streams are told to end) and waits for ``draining`` (they
+    have ended, each returning its result), then cancels the serving, so its lifespan
+    ends as at the end of stdin (the workers give their tasks back, the store is
+    closed); then the process exits, since the SDK's stdin reader stays blocked in a
+    thread until a line or the end of stdin comes.
     """
 
     async def until_signal() -> None:
@@ -247,6 +262,8 @@ def run_stdio(server: MCPServer[Any], closed: threading.Event) -> None:
 
                 async def stop_on_signal() -> None:
                     async for _ in signals:
+                        with anyio.CancelScope(shield=True):
+                            await _drain(on_stop, draining)
                         tg.cancel_scope.cancel()
                         with anyio.CancelScope(shield=True):
                             await anyio.to_thread.run_sync(closed.wait, STOP_WAIT)
@@ -259,6 +276,21 @@ def run_stdio(server: MCPServer[Any], closed: threading.Event) -> None:
                 tg.cancel_scope.cancel()
 
     anyio.run(until_signal)
+
+
+async def _drain(
+    on_stop: Iterable[Callable[[], None]], draining: Iterable[Callable[[], Awaitable[bool]]]
+) -> None:
+    """Run ``on_stop``, then wait (at most :data:`STREAMS_WAIT` s) for ``draining``. If a
+    stream was open, give the SDK's stdout writer :data:`FLUSH_GRACE` for its last frame:
+    it writes in a thread and offers no event for a frame written, and cancelling it
+    between the write and the flush would lose the frame."""
+    for hook in on_stop:
+        hook()
+    with anyio.move_on_after(STREAMS_WAIT):
+        had = [await wait() for wait in draining]
+        if any(had):
+            await anyio.sleep(FLUSH_GRACE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,7 +309,10 @@ class ServeSettings:
     """Set once the server's lifespan has closed the store (see :func:`run_stdio`)."""
     auth: ServerAuth | None = None  # keel serve --auth (HTTP only)
     stopping: list[Callable[[], None]] = field(default_factory=list, compare=False)
-    """What :func:`run_http` runs as a signal stops the server (``on_stop``)."""
+    """What :func:`run_http` and :func:`run_stdio` run as a signal stops the server
+    (``on_stop``)."""
+    draining: list[Callable[[], Awaitable[bool]]] = field(default_factory=list, compare=False)
+    """What :func:`run_stdio` then waits for (``draining``)."""
     telemetry: Telemetry | None = field(default=None, compare=False)
     """Metrics, health and logs of the process (``keel serve`` attaches its store)."""
 
@@ -298,6 +333,7 @@ class ServeSettings:
             closed=self.closed,
             auth=self.auth,
             stopping=self.stopping,
+            draining=self.draining,
             telemetry=self.telemetry,
         )
 

@@ -52,6 +52,7 @@ from keel.model import INTERNAL_ERROR, JsonObject, Status, Task
 from keel.runtime.outcomes import ToolOutput
 
 __all__ = [
+    "AUTH_UNAVAILABLE",
     "CANNOT_ASK",
     "ERROR_CODES",
     "HEADER_MISMATCH",
@@ -122,6 +123,11 @@ will not help until someone does, so no ``retryAfterMs``. The code after
 SESSIONS_FULL = -32052
 """No room for another 2025-11-25 session (``keel serve --max-sessions``), HTTP 503:
 ``data.retryAfterMs`` says when to try again (``keel.mcp.access``)."""
+AUTH_UNAVAILABLE = -32053
+"""A token that could not be checked because what checking it needs is down (the
+authorization server's JWKS unreachable, ``keel serve --auth jwt``), HTTP 503 with
+``Retry-After``: the server's trouble, not the token's, which a 401 would claim
+(``keel.mcp.access``); ``data.retryAfterMs`` says when to try again."""
 NOT_FOUND = "Failed to retrieve task: Task not found"
 """The one message for unknown, purged and other principals' tasks (the spec's text)."""
 

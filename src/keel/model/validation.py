@@ -365,17 +365,33 @@ def validate_input(task_id: str, key: str, schema: JsonObject, value: JsonValue)
 
 
 def validate_arguments(schema: JsonObject, arguments: JsonValue) -> None:
-    """Check a new task's arguments against its input schema.
+    """Check a new task's (or a plain tool's) arguments against its input schema; a NaN
+    or an infinity is refused whatever the schema says.
 
     Raises:
         ArgumentsRejected: naming the first offending field (``arguments.incident_id``).
     """
-    found = _violation(schema, arguments)
+    found = _first_non_finite(arguments) or _violation(schema, arguments)
     if found is not None:
         path, reason = found
         raise ArgumentsRejected(
             field_path("arguments", path), "/".join(str(part) for part in path), reason
         )
+
+
+def _first_non_finite(value: object) -> tuple[list[str | int], str] | None:
+    """Where in a JSON value the first NaN or infinity is (which a JSON Schema's bounds
+    let through: every comparison with NaN is false), and why it is refused."""
+    stack: list[tuple[object, list[str | int]]] = [(value, [])]
+    while stack:  # a stack, not recursion: arguments may nest deeply
+        item, path = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return path, f"{item} is not JSON (no JSON number is NaN or infinite)"
+        if isinstance(item, Mapping):
+            stack.extend((child, [*path, str(key)]) for key, child in reversed(list(item.items())))
+        elif isinstance(item, list | tuple):
+            stack.extend((child, [*path, i]) for i, child in reversed(list(enumerate(item))))
+    return None
 
 
 def _violation(schema: JsonObject, value: JsonValue) -> tuple[list[str | int], str] | None:

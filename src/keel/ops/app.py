@@ -13,7 +13,7 @@ import json
 import math
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from datetime import UTC, datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -31,7 +31,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 if TYPE_CHECKING:
     from mcp.server.auth.provider import TokenVerifier
 
-from keel.errors import InputRejected, InvalidPayload, KeelError, TaskNotFound
+from keel.errors import ConfigurationError, InputRejected, InvalidPayload, KeelError, TaskNotFound
 from keel.model import Status, Task
 from keel.ops.actions import Actions
 from keel.ops.bulk import MAX_BULK, cancel_all, live_matching
@@ -39,8 +39,8 @@ from keel.ops.counts import CachedCounts
 from keel.ops.csrf import FIELD, check, remember, token_for
 from keel.ops.forms import fields_of, value_of
 from keel.ops.live import events
-from keel.ops.signin import OPERATOR, RequireOperator, keep_session
-from keel.ops.workers import SCAN, health
+from keel.ops.signin import OPERATOR, RequireOperator, keep_session, operator_of
+from keel.ops.workers import STUCK, health
 from keel.store import Store
 from keel.store.browse import TaskFilter
 
@@ -152,9 +152,13 @@ class Console:
         actions: Actions,
         verifier: TokenVerifier | None = None,
         clock: Callable[[], float] = time.time,
+        deadlines: Mapping[str, float] | None = None,
+        operators: frozenset[str] | None = None,
     ) -> None:
         self.actions = actions
+        self.operators = operators
         self.clock = clock
+        self.deadlines = dict(deadlines or {})
         self.store: Store = actions.store
         self.counts = CachedCounts(self.store)
         self.verifier = verifier
@@ -218,9 +222,10 @@ class Console:
         )
 
     async def workers(self, request: Request) -> Response:
-        """Live leases per worker and stuck tasks (:mod:`keel.ops.workers`)."""
-        raw = request.query_params.get("waiting_over") or str(WAITING_OVER)
-        page = partial(self.render, request, "workers.html", waiting_over_raw=raw, scan=SCAN)
+        """Live leases per worker, one worker's leases, stuck tasks (:mod:`keel.ops.workers`)."""
+        query = request.query_params
+        raw = query.get("waiting_over") or str(WAITING_OVER)
+        page = partial(self.render, request, "workers.html", waiting_over_raw=raw, stuck_max=STUCK)
         try:
             limit = float(raw)
         except ValueError:
@@ -228,8 +233,21 @@ class Console:
         if not math.isfinite(limit) or limit < 0:
             return page(400, error=f"waiting_over must be seconds (0 or more), not {raw!r}")
         now = self.clock()
-        view = await health(self.store, now, wait_limit=limit)
-        return page(view=view, now=now, error=None)
+        try:
+            view = await health(
+                self.store,
+                now,
+                wait_limit=limit,
+                deadlines=self.deadlines,
+                worker=query.get("worker") or None,
+                cursor=query.get("cursor") or None,
+            )
+        except InvalidPayload as exc:
+            return page(400, error=str(exc))
+        more = None
+        if view.leases is not None and view.leases.next_cursor is not None:
+            more = request.url.include_query_params(cursor=view.leases.next_cursor)
+        return page(view=view, now=now, next_url=more, error=None)
 
     async def events(self, request: Request) -> Response:
         return events(self.store, request)
@@ -370,6 +388,10 @@ class Console:
         response.headers["WWW-Authenticate"] = 'Bearer realm="keel operator console"'
         return response
 
+    def forbidden(self, request: Request, principal: str) -> Response:
+        """HTTP 403 for a valid token that is not an operator's (``--operators``)."""
+        return self.render(request, "forbidden.html", 403, principal=principal)
+
     async def signin(self, request: Request) -> Response:
         """``GET``: the form; ``POST``: check the token, keep it in the session cookie."""
         home = f"{request.scope.get('root_path', '')}/"
@@ -384,6 +406,9 @@ class Console:
         access = await self.verifier.verify_token(token) if token else None
         if access is None:
             return self.signin_form(request, "that token is not accepted (wrong or revoked)")
+        principal = operator_of(access)
+        if self.operators is not None and principal not in self.operators:
+            return self.forbidden(request, principal)  # and no cookie for it
         response = RedirectResponse(home, status_code=303)
         keep_session(response, request, token)
         return response
@@ -434,26 +459,49 @@ def ops_app(
     on_cancel: Callable[[str], None] | None = None,
     auth: TokenVerifier | None = None,
     clock: Callable[[], float] = time.time,
+    deadlines: Mapping[str, float] | None = None,
+    operators: Collection[str] | None = None,
 ) -> Starlette:
     """The console over ``store``; its actions are recorded as made by ``operator``.
 
     ``on_ready`` / ``on_cancel`` wake this process's workers after an answer or a cancel
     (``keel serve`` passes its app's event hub); the store tells other processes.
-    ``clock`` is the time ``/workers`` judges leases and waits by (tests pass one).
+    ``clock`` is the time ``/workers`` judges leases and waits by (tests pass one);
+    ``deadlines`` (seconds by tool name: the app's ``deadline_seconds``) the attempts.
 
     With ``auth`` (the verifier of ``--auth``, :mod:`keel.ops.signin`), every page needs a
     token it accepts, and actions are recorded as made by the token's principal; it may
     then be served on any host. Without it, only loopback ``Host`` names are answered.
+    With ``operators`` (principals' names, ``auth`` required), the valid token of anyone
+    else is answered 403.
+
+    Raises:
+        ConfigurationError: ``operators`` without ``auth``, or an empty list.
     """
+    allowed = None if operators is None else frozenset(operators)
+    if allowed is not None and (auth is None or not allowed):
+        raise ConfigurationError(
+            "an operator list needs --auth (without it, on loopback, everyone is the operator)"
+            if auth is None
+            else "the operator list is empty: name at least one operator"
+        )
     console = Console(
         Actions(store, operator, on_ready or _nothing, on_cancel or (lambda _task_id: None)),
         auth,
         clock,
+        deadlines,
+        allowed,
     )
     guard = (
         Middleware(LoopbackHostOnly)
         if auth is None
-        else Middleware(RequireOperator, verifier=auth, refuse=console.signin_form)
+        else Middleware(
+            RequireOperator,
+            verifier=auth,
+            refuse=console.signin_form,
+            operators=allowed,
+            forbid=console.forbidden,
+        )
     )
     return Starlette(
         middleware=[guard],
@@ -480,8 +528,17 @@ def standalone_app(
     operator: str = LOCAL_OPERATOR,
     auth: TokenVerifier | None = None,
     clock: Callable[[], float] = time.time,
+    deadlines: Mapping[str, float] | None = None,
+    operators: Collection[str] | None = None,
 ) -> Starlette:
-    """What ``keel ops`` serves: the console at :data:`MOUNT`, and ``/`` leading there."""
+    """What ``keel ops`` serves: the console at :data:`MOUNT`, and ``/`` leading there.
+
+    Raises:
+        ConfigurationError: see :func:`ops_app`.
+    """
+    console = ops_app(
+        store, operator=operator, auth=auth, clock=clock, deadlines=deadlines, operators=operators
+    )
 
     async def home(request: Request) -> Response:
         return RedirectResponse(f"{MOUNT}/", status_code=307)
@@ -489,6 +546,6 @@ def standalone_app(
     return Starlette(
         routes=[
             Route("/", home),
-            Mount(MOUNT, ops_app(store, operator=operator, auth=auth, clock=clock)),
+            Mount(MOUNT, console),
         ]
     )

@@ -1,37 +1,44 @@
-"""Workers and health for the console's ``/workers`` page: live leases per worker, and
-the tasks that are stuck.
+"""Workers and health for the console's ``/workers`` page: live leases per worker, one
+worker's leases a page at a time, and the tasks that are stuck.
 
-It reads the store with :meth:`~keel.store.Store.browse` filtered by status (one index
-range scan per page on every adapter), so it walks only the live tasks (``working`` and
-``input_required``), never the finished ones, and at most :data:`SCAN` of each status
-(the page says when it stopped there). A task is stuck when
+Every part is one store read answered from an index (:mod:`keel.store.leases`), so the
+page costs the same however many tasks the store holds and however many leases a worker
+has: :meth:`~keel.store.Store.workers` (a line per worker), :meth:`~keel.store.Store.leased`
+(the chosen worker's leases, :data:`PAGE` at a time) and :meth:`~keel.store.Store.stuck`
+(at most :data:`STUCK` of each kind). A task is stuck when
 
 - its lease has expired and no ``recover_expired`` has given it back yet (its worker
   died or stalled: heartbeats stopped),
 - it has waited for input longer than the threshold (since its last update), or
-- it is past its TTL (``created_at + ttl``) and still not finished.
+- its attempt has run past its tool's deadline (``deadline_seconds``, counted from the
+  claim) and is still leased: the deadline did not stop it (a handler blocking the
+  worker's thread, say). Only a console that knows the app's tools knows their
+  deadlines (``keel serve``'s); a task's TTL is no deadline (it is how long a finished
+  task is kept).
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from keel.model import Status, Task
+from keel.model import Task
 from keel.store import Store
-from keel.store.browse import MAX_PAGE, TaskFilter
+from keel.store.browse import TaskPage
+from keel.store.leases import WorkerLeases
 
-__all__ = ["SCAN", "Health", "Stuck", "health"]
+__all__ = ["PAGE", "STUCK", "Health", "Stuck", "health"]
 
-SCAN = 10_000
-"""The most tasks of each live status one page of health reads."""
+PAGE = 50
+"""A worker's leases shown on one page."""
+STUCK = 100
+"""The most stuck tasks of each kind shown (the longest overdue)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Stuck:
     """A task that needs an operator, and why (``lease expired``, ``waiting for input``,
-    ``past its TTL``) and for how long, in seconds."""
+    ``past its deadline``) and for how long, in seconds."""
 
     task: Task
     why: str
@@ -42,47 +49,48 @@ class Stuck:
 class Health:
     """What ``/workers`` shows."""
 
-    leases: Mapping[str, Sequence[Task]]
-    """Leased ``working`` tasks per worker (``lease_owner``), soonest lease expiry first."""
+    workers: Sequence[WorkerLeases]
+    """Each worker that holds a lease, by name."""
     stuck: Sequence[Stuck]
     """Stuck tasks, the longest overdue first."""
     truncated: bool
-    """More live tasks than :data:`SCAN` of one status: not all of them were read."""
+    """More stuck tasks of a kind than :data:`STUCK`: only the longest overdue are shown."""
+    deadlines: Mapping[str, float]
+    """The tools' deadlines the page judges by (none known: none judged)."""
+    worker: str | None = None
+    """The worker whose leases are listed, if one was chosen."""
+    leases: TaskPage | None = None
+    """A page of that worker's leases, soonest expiry first."""
 
 
-async def _live(store: Store, status: Status) -> tuple[list[Task], bool]:
-    found: list[Task] = []
-    cursor: str | None = None
-    while len(found) < SCAN:
-        page = await store.browse(TaskFilter(status=status), limit=MAX_PAGE, cursor=cursor)
-        found.extend(page.tasks)
-        cursor = page.next_cursor
-        if cursor is None:
-            return found, False
-    return found, True
-
-
-def _why(task: Task, now: float, wait_limit: float) -> Stuck | None:
-    if task.lease_expires_at is not None and task.lease_expires_at <= now:
-        return Stuck(task, "lease expired", now - task.lease_expires_at)
-    if task.status is Status.INPUT_REQUIRED and now - task.updated_at > wait_limit:
-        return Stuck(task, "waiting for input", now - task.updated_at)
-    if task.ttl is not None and now > task.created_at + task.ttl:
-        return Stuck(task, "past its TTL", now - (task.created_at + task.ttl))
-    return None
-
-
-async def health(store: Store, now: float, *, wait_limit: float) -> Health:
+async def health(
+    store: Store,
+    now: float,
+    *,
+    wait_limit: float,
+    deadlines: Mapping[str, float],
+    worker: str | None = None,
+    cursor: str | None = None,
+) -> Health:
     """Leases per worker and stuck tasks at ``now`` (seconds since the epoch); a task
-    waiting for input is stuck after ``wait_limit`` seconds."""
-    working, more_working = await _live(store, Status.WORKING)
-    waiting, more_waiting = await _live(store, Status.INPUT_REQUIRED)
-    leases: defaultdict[str, list[Task]] = defaultdict(list)
-    for task in working:
-        if task.lease_owner is not None:
-            leases[task.lease_owner].append(task)
-    for held in leases.values():
-        held.sort(key=lambda t: t.lease_expires_at or 0.0)
-    stuck = [s for t in (*working, *waiting) if (s := _why(t, now, wait_limit)) is not None]
+    waiting for input is stuck after ``wait_limit`` seconds, an attempt of a tool in
+    ``deadlines`` after its deadline; with ``worker``, a page of its leases.
+
+    Raises:
+        InvalidPayload: a worker's cursor that no page gave.
+    """
+    workers = await store.workers(now=now)
+    found = await store.stuck(waiting_over=wait_limit, deadlines=deadlines, now=now, limit=STUCK)
+    lapsed = {t.task_id for t in found.lapsed}
+    stuck = [
+        *(Stuck(t, "lease expired", now - (t.lease_expires_at or now)) for t in found.lapsed),
+        *(Stuck(t, "waiting for input", now - t.updated_at) for t in found.waiting),
+        *(
+            Stuck(t, "past its deadline", now - claimed - deadlines[t.name or ""])
+            for t, claimed in found.overdue
+            if t.task_id not in lapsed  # shown once, as its lease expired
+        ),
+    ]
     stuck.sort(key=lambda s: -s.overdue)
-    return Health(dict(sorted(leases.items())), stuck, more_working or more_waiting)
+    leases = None if worker is None else await store.leased(worker, limit=PAGE, cursor=cursor)
+    return Health(workers, stuck, found.more, deadlines, worker, leases)

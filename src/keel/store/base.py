@@ -21,6 +21,16 @@ from keel.model import transitions as tr
 from keel.model.validation import check_key, check_seconds, normalize, storable
 from keel.store.browse import Position, TaskFilter, TaskPage, check_limit, decode_cursor, page_of
 from keel.store.changes import Change, ChangeHub
+from keel.store.leases import (
+    LeaseMark,
+    StuckTasks,
+    WorkerLeases,
+    check_deadlines,
+    check_stuck_limit,
+    check_worker,
+    lease_page,
+    stuck_of,
+)
 from keel.store.observed import CommitObserver, Committed, Recording, tell
 from keel.store.protocol import Clock
 from keel.store.rerun import rerun_failed
@@ -87,6 +97,19 @@ class Tx(Protocol):
 
     def schema_version(self) -> int:
         """The schema version the store records (0 for one that keeps none)."""
+
+    def worker_leases(self, now: float) -> list[WorkerLeases]:
+        """Live leases per worker, by worker name (see :mod:`keel.store.leases`)."""
+
+    def leased_by(self, worker: str, mark: LeaseMark | None, limit: int) -> list[Task]:
+        """Up to ``limit`` of ``worker``'s leased tasks after ``mark``, soonest expiry first."""
+
+    def stuck(
+        self, now: float, waiting_before: float, cutoffs: Mapping[str, float], limit: int
+    ) -> tuple[list[Task], list[Task], list[tuple[Task, float]]]:
+        """Up to ``limit`` each of expired leases, input waits not updated since
+        ``waiting_before``, and leases of the tools in ``cutoffs`` claimed before their
+        cutoff (with the claim's time), longest overdue first."""
 
 
 class Picks(Enum):
@@ -241,6 +264,32 @@ class TxStore:
     async def counts(self) -> Mapping[Status, int]:
         counted = await self._run(Op(lambda tx: tx.counts()), write=False)
         return {status: counted.get(status, 0) for status in Status}
+
+    async def workers(self, *, now: float | None = None) -> Sequence[WorkerLeases]:
+        at = self._now() if now is None else check_seconds(now, "now")
+        return await self._run(Op(lambda tx: tx.worker_leases(at)), write=False)
+
+    async def leased(self, worker: str, *, limit: int = 50, cursor: str | None = None) -> TaskPage:
+        worker, limit, mark = check_worker(worker), check_limit(limit), LeaseMark.decode(cursor)
+        found = await self._run(Op(lambda tx: tx.leased_by(worker, mark, limit + 1)), write=False)
+        return lease_page(found, limit)
+
+    async def stuck(
+        self,
+        *,
+        waiting_over: float,
+        deadlines: Mapping[str, float] | None = None,
+        now: float | None = None,
+        limit: int = 100,
+    ) -> StuckTasks:
+        at = self._now() if now is None else check_seconds(now, "now")
+        before = at - check_seconds(waiting_over, "waiting_over")
+        cutoffs = {k: at - v for k, v in check_deadlines(deadlines or {}).items()}
+        limit = check_stuck_limit(limit)
+        lapsed, waiting, overdue = await self._run(
+            Op(lambda tx: tx.stuck(at, before, cutoffs, limit + 1)), write=False
+        )
+        return stuck_of(lapsed, waiting, overdue, limit)
 
     async def history(self, task_id: str, *, owner: str | None = None) -> Sequence[Event]:
         def op(tx: Tx) -> list[Event]:

@@ -2,8 +2,9 @@
 
 * a plain path, ``tasks.db`` or ``/var/lib/keel/keel.db``: a SQLite file;
 * ``sqlite:///relative/path.db`` or ``sqlite:////absolute/path.db`` (SQLAlchemy's
-  convention), with ``?synchronous=normal`` to trade power-loss durability for speed and
-  ``?busy_timeout=SECONDS``;
+  convention), with ``?synchronous=normal`` to trade power-loss durability for speed,
+  ``?busy_timeout=SECONDS``, and ``?lost_wal=accept`` to open a store whose write-ahead
+  log was lost after a crash (refused by default, :class:`~keel.errors.WalLost`);
 * ``postgresql://…`` or ``postgres://…``: PostgreSQL;
 * ``memory://``: in this process only, gone when it ends; an explicit choice, never a default.
 
@@ -48,7 +49,7 @@ __all__ = [
 DEFAULT_LOCATION = "keel-data/keel.db"
 ENV_VAR = "KEEL_STORE"
 
-_SQLITE_OPTIONS = {"synchronous", "busy_timeout", "plan"}
+_SQLITE_OPTIONS = {"synchronous", "busy_timeout", "plan", "lost_wal"}
 
 POSTGRES_EXTRA = "pip install 'keel-tasks[postgres]'"
 """How to install what PostgreSQL stores need (psycopg is an optional dependency)."""
@@ -210,6 +211,7 @@ def open_store(
             synchronous=loc.options.get("synchronous", "full"),
             busy_timeout=busy,
             plan=loc.options.get("plan", "auto"),
+            lost_wal=loc.options.get("lost_wal", "refuse"),
             clock=clock,
             limits=limits,
             timeout=timeout,

@@ -9,13 +9,14 @@ from __future__ import annotations
 import json
 import threading
 from collections import Counter
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, TypeVar
 
 from keel.errors import StoreError
 from keel.model import Event, JsonValue, Limits, Status, Task
 from keel.store.base import Op, TxStore
 from keel.store.browse import Position, TaskFilter
+from keel.store.leases import LeaseMark, WorkerLeases, memory_leased, memory_stuck, memory_workers
 from keel.store.protocol import Clock
 from keel.store.rows import task_from_row, task_to_row
 
@@ -185,6 +186,17 @@ class _MemoryTx:
 
     def schema_version(self) -> int:
         return 0  # memory:// keeps no schema
+
+    def worker_leases(self, now: float) -> list[WorkerLeases]:
+        return memory_workers(self._live(), now)
+
+    def leased_by(self, worker: str, mark: LeaseMark | None, limit: int) -> list[Task]:
+        return memory_leased(self._live(), worker, mark, limit)
+
+    def stuck(
+        self, now: float, waiting_before: float, cutoffs: Mapping[str, float], limit: int
+    ) -> tuple[list[Task], list[Task], list[tuple[Task, float]]]:
+        return memory_stuck(self._live(), self._d.events, now, waiting_before, cutoffs, limit=limit)
 
     def page(
         self, status: Status | None, owner: str | None, limit: int, after: str | None

@@ -24,6 +24,7 @@ from typing import Protocol, runtime_checkable
 from keel.model import Event, InputRequest, JsonObject, JsonValue, Reclaimed, Status, Task
 from keel.store.browse import TaskFilter, TaskPage
 from keel.store.changes import Change
+from keel.store.leases import StuckTasks, WorkerLeases
 
 __all__ = ["Clock", "Store", "WakeUps"]
 
@@ -130,6 +131,46 @@ class Store(Protocol):
     async def counts(self) -> Mapping[Status, int]:
         """How many tasks the store holds in each status (every status, zeros included),
         from one read: what ``keel check`` prints."""
+        ...
+
+    async def workers(self, *, now: float | None = None) -> Sequence[WorkerLeases]:
+        """The live leases of each worker that holds one, by worker name, from one read
+        of the leases index (see :mod:`keel.store.leases`); a lease has expired when it
+        is before ``now`` (default: the store's clock).
+
+        Raises:
+            InvalidPayload: ``now`` is not a finite time.
+        """
+        ...
+
+    async def leased(self, worker: str, *, limit: int = 50, cursor: str | None = None) -> TaskPage:
+        """One page of the tasks ``worker`` holds a lease on, soonest expiry first (then
+        id); pass ``next_cursor`` back for the next page.
+
+        Raises:
+            InvalidPayload: a worker that is not a non-empty string, a cursor no page of
+                leases gave, a limit outside 1..:data:`~keel.store.browse.MAX_PAGE`.
+        """
+        ...
+
+    async def stuck(
+        self,
+        *,
+        waiting_over: float,
+        deadlines: Mapping[str, float] | None = None,
+        now: float | None = None,
+        limit: int = 100,
+    ) -> StuckTasks:
+        """Live tasks an operator should look at, at ``now`` (default: the store's
+        clock), up to ``limit`` of each kind, longest overdue first: leases expired and
+        not recovered, tasks waiting for input not updated for over ``waiting_over``
+        seconds, and leased attempts of the tools in ``deadlines`` (seconds, by tool
+        name) running longer than that since their claim.
+
+        Raises:
+            InvalidPayload: a time or duration that is not one, a deadline not above 0,
+                a limit outside 1..:data:`~keel.store.leases.MAX_STUCK`.
+        """
         ...
 
     async def history(self, task_id: str, *, owner: str | None = None) -> Sequence[Event]:

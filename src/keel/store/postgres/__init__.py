@@ -188,7 +188,7 @@ class PostgresStore(TxStore):
         cause a :class:`StoreUnavailable` names."""
         self._closed = False
         self._runners = {write: _Groups(self, write) for write in (False, True)}
-        self._lanes: dict[tuple[int, bool], Lane] = {}
+        self._lanes: dict[tuple[int, bool, bool], Lane] = {}
         self._last_trim = 0.0
         self._trim_lock = threading.Lock()
         self.schema_version = self._setup()
@@ -235,9 +235,12 @@ class PostgresStore(TxStore):
             loop = asyncio.get_running_loop()
         except RuntimeError:  # pragma: no cover - not on asyncio (e.g. trio): one at a time
             return await anyio.to_thread.run_sync(lambda: run_alone(runner, op))
-        lane = self._lanes.get((id(loop), write))
+        # Claims have a lane of their own: a claim never waits behind a group of outcome
+        # writes (nor they behind it), so a freed slot is refilled one transaction sooner.
+        key = (id(loop), write, write and op.picks is Picks.READY)
+        lane = self._lanes.get(key)
         if lane is None or lane.loop is not loop:
-            lane = self._lanes[(id(loop), write)] = Lane(
+            lane = self._lanes[key] = Lane(
                 loop,
                 runner,
                 max_group=MAX_GROUP,
@@ -376,19 +379,29 @@ class PostgresStore(TxStore):
         with self._pool.connection(timeout=self._remaining(started)) as conn:
             cur = cursor(conn)
             try:
-                cur.execute(b"BEGIN")
-                if replay:
-                    try:
-                        cur.execute(Q["log_write"], {"op_id": op_id})
-                    except psycopg.errors.UniqueViolation:
-                        raise _AlreadyCommitted from None
-                state.preload(cur, _touched(ops))
-                outcomes = self._calls(cur, ops, state)
-                state.flush(cur)
-                if state.wrote and not replay:
+                # Pipelined: a statement whose answer nothing waits for (BEGIN, the held-back
+                # updates and history, the write log) travels with the next one that is
+                # waited for; the group's last ones are answered by one sync before COMMIT.
+                with conn.pipeline() as pipe:
+                    cur.execute(b"BEGIN")
+                    # The operation id first (it travels with the first statement answered):
+                    # on a retry, a duplicate means that the first try committed.
                     cur.execute(Q["log_write"], {"op_id": op_id})
-                if state.wrote:
-                    self._maybe_trim(cur)
+                    if replay:
+                        try:
+                            pipe.sync()
+                        except psycopg.errors.UniqueViolation:
+                            raise _AlreadyCommitted from None
+                    state.preload(cur, _touched(ops))
+                    outcomes = self._calls(cur, ops, state)
+                    state.flush(cur)
+                    if state.wrote:
+                        self._maybe_trim(cur)
+                    pipe.sync()
+                    state.check()
+                if not state.wrote:
+                    _rollback(conn)  # nothing written (a claim that found nothing): no id kept
+                    return outcomes, state
                 committing = True
                 self._commit(conn)
             except _Refused as refused:

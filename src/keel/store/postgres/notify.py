@@ -9,8 +9,10 @@ subscribed is poked at once instead of at its next poll.
 The same way, every write sends the ids of the tasks it changed on a third channel,
 which feeds the store's change feed (:mod:`keel.store.changes`): NOTIFY is delivered
 only after COMMIT, and the store sends it only after COMMIT returned, so a listener
-never hears of a change that rolled back. When the LISTEN connection comes back after
-a break, the feed's listeners are told to re-read everything (they may have missed a
+never hears of a change that rolled back. A process LISTENs to that channel only once
+its change feed is started (a worker alone never hears, nor decodes, every other
+process's changes), and its feed's listeners are then told to re-read everything, as
+they are when the LISTEN connection comes back after a break (they may have missed a
 change meanwhile).
 
 Wake-ups are an optimisation only. One that is lost (no listener connected at that
@@ -28,6 +30,7 @@ import logging
 import threading
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -180,21 +183,29 @@ class Listener:
         for s in subscribers:
             s.call(s.on_ready)
 
+    def _listen_changes(self, conn: psycopg.Connection[Any]) -> bool:
+        """LISTEN to the change channel once the store's change feed has a hub (a worker
+        alone never hears every other process's changes); whether it does now."""
+        if self._hub is None:
+            return False
+        conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._change)))
+        self._hub.resync()  # changes committed before LISTEN took effect are not heard
+        return True
+
     def _run(self) -> None:
         failures = 0
         while not self._stop.is_set():
             try:
                 with psycopg.connect(self._conninfo, autocommit=True) as conn:
-                    for channel in (self._ready, self._cancel, self._change):
+                    for channel in (self._ready, self._cancel):
                         conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
                     self.connected.set()
-                    if self._hub is not None:
-                        # Changes committed before LISTEN took effect are not heard.
-                        self._hub.resync()
                     if failures:
                         self._poke_all()  # something may have happened while we were away
                     failures = 0
+                    changes = False  # LISTENing to the change channel (once a hub is fed)
                     while not self._stop.is_set():
+                        changes = changes or self._listen_changes(conn)
                         for note in conn.notifies(timeout=POLL):
                             self._dispatch(note.channel, note.payload)
             except psycopg.Error as exc:

@@ -33,21 +33,40 @@ INSERT INTO tasks (
     %(request_digest)s
 );
 
--- name: update_task
--- Conditional: it matches only if nobody changed the task since it was read (the row is
--- locked, so a mismatch means a bug, and the transaction is refused rather than guessed).
-UPDATE tasks SET
-    status = %(status)s, updated_at = %(updated_at)s, status_message = %(status_message)s,
-    input_requests = %(input_requests)s, input_responses = %(input_responses)s,
-    result = %(result)s, error = %(error)s, attempt = %(attempt)s,
-    lease_owner = %(lease_owner)s, lease_expires_at = %(lease_expires_at)s, fence = %(fence)s,
-    ready_at = %(ready_at)s, ttl = %(ttl)s, closed_fence = %(closed_fence)s,
-    expires_at = %(expires_at)s
-WHERE task_id = %(task_id)s AND status = %(old_status)s AND fence = %(old_fence)s;
+-- name: update_tasks
+-- The held-back updates of a group, in one statement: one array per column, element i
+-- of each for the i-th task (task ids distinct). Conditional: a row matches only if
+-- nobody changed the task since it was read (the row is locked, so a row count short of
+-- the number of tasks means a bug, and the transaction is refused rather than guessed).
+UPDATE tasks AS t SET
+    status = u.status, updated_at = u.updated_at, status_message = u.status_message,
+    input_requests = u.input_requests, input_responses = u.input_responses,
+    result = u.result, error = u.error, attempt = u.attempt,
+    lease_owner = u.lease_owner, lease_expires_at = u.lease_expires_at, fence = u.fence,
+    ready_at = u.ready_at, ttl = u.ttl, closed_fence = u.closed_fence,
+    expires_at = u.expires_at
+FROM unnest(
+    %(task_id)s::text[], %(old_status)s::text[], %(old_fence)s::bigint[],
+    %(status)s::text[], %(updated_at)s::float8[], %(status_message)s::text[],
+    %(input_requests)s::text[], %(input_responses)s::text[], %(result)s::text[],
+    %(error)s::text[], %(attempt)s::integer[], %(lease_owner)s::text[],
+    %(lease_expires_at)s::float8[], %(fence)s::bigint[], %(ready_at)s::float8[],
+    %(ttl)s::float8[], %(closed_fence)s::bigint[], %(expires_at)s::float8[]
+) AS u (task_id, old_status, old_fence, status, updated_at, status_message,
+        input_requests, input_responses, result, error, attempt, lease_owner,
+        lease_expires_at, fence, ready_at, ttl, closed_fence, expires_at)
+WHERE t.task_id = u.task_id AND t.status = u.old_status AND t.fence = u.old_fence;
 
--- name: insert_event
+-- name: insert_events
+-- The held-back history entries of a group, in one statement, in the order given (their
+-- ids ascending in that order).
 INSERT INTO task_events (task_id, at, from_status, to_status, reason, actor)
-VALUES (%(task_id)s, %(at)s, %(from_status)s, %(to_status)s, %(reason)s, %(actor)s);
+SELECT e.task_id, e.at, e.from_status, e.to_status, e.reason, e.actor
+FROM unnest(
+    %(task_id)s::text[], %(at)s::float8[], %(from_status)s::text[], %(to_status)s::text[],
+    %(reason)s::text[], %(actor)s::text[]
+) WITH ORDINALITY AS e (task_id, at, from_status, to_status, reason, actor, n)
+ORDER BY e.n;
 
 -- name: claim
 -- One statement: pick up to :limit ready tasks, skipping rows other claimers hold, lease

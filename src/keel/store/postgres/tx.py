@@ -6,8 +6,9 @@ of round trips whatever its size:
 * the tasks the group will change, as its ops declare them
   (:attr:`~keel.store.base.Op.touches`), are read and locked in **one**
   ``SELECT … FOR UPDATE`` up front, in task-id order so that two groups cannot deadlock;
-* updates and history entries are **held back** and sent together (one pipelined
-  ``executemany`` each) just before anything that must see them, and before COMMIT;
+* updates and history entries are **held back** and sent together (one statement
+  each, over arrays: ``update_tasks``, ``insert_events``) just before anything that
+  must see them, and before COMMIT;
 * what the transaction knows of a task (read, inserted or changed) is kept, so a second
   call on the same task in the group reads it without a round trip.
 
@@ -27,6 +28,7 @@ from psycopg.rows import dict_row
 from keel.errors import StoreError
 from keel.model import Event, JsonValue, Status, Task
 from keel.store.browse import Position, TaskFilter, sql_where
+from keel.store.postgres.leases import PgLeases
 from keel.store.rows import event_from_row, task_from_row, task_to_row
 from keel.store.sqlfiles import load_queries
 
@@ -37,6 +39,19 @@ Q = load_queries(__package__ or "keel.store.postgres")
 _ABSENT = object()
 
 Mark = tuple[int, dict[str, Task | None], dict[str, tuple[Task, Task]], int]
+
+
+_FLOAT_COLUMNS = ("updated_at", "lease_expires_at", "ready_at", "ttl", "expires_at")
+
+
+def _columns(rows: Sequence[dict[str, Any]], floats: Sequence[str]) -> dict[str, list[Any]]:
+    """Rows as one list per column (the arrays of ``update_tasks``, ``insert_events``);
+    the ``floats`` columns as floats (an array holds one type: a whole-number TTL is an
+    int in Python)."""
+    columns: dict[str, list[Any]] = {name: [row[name] for row in rows] for name in rows[0]}
+    for name in floats:
+        columns[name] = [None if v is None else float(v) for v in columns[name]]
+    return columns
 
 
 class GroupState:
@@ -58,6 +73,8 @@ class GroupState:
         self.cancelled: set[str] = set()
         self.changed: set[str] = set()
         """Tasks written (for the change feed, :mod:`keel.store.changes`)."""
+        self._sent_updates: list[tuple[psycopg.Cursor[Any], int]] = []
+        """Updates sent whose row counts :meth:`check` has not looked at yet."""
 
     def preload(self, cur: psycopg.Cursor[dict[str, Any]], task_ids: Sequence[str]) -> None:
         ids = [i for i in task_ids if i not in self.cache]
@@ -89,15 +106,24 @@ class GroupState:
                            old_fence=stored.fence)  # fmt: skip
                 rows.append(row)
             self.updates = {}
-            cur.executemany(Q["update_task"], rows)
-            if cur.rowcount != len(rows):
-                # The rows are locked: this cannot happen. If it does, refuse the group.
-                raise StoreError("a task changed under a locked write; nothing was written")
+            # A cursor of their own: its row count is read after the answers came (see
+            # check), which a write group in pipeline mode waits for only before COMMIT.
+            updating = cur.connection.cursor()
+            updating.execute(Q["update_tasks"], _columns(rows, _FLOAT_COLUMNS))
+            self._sent_updates.append((updating, len(rows)))
             self.wrote = True
         if self.events:
             events, self.events = self.events, []
-            cur.executemany(Q["insert_event"], events)
+            cur.execute(Q["insert_events"], _columns(events, ("at",)))
             self.wrote = True
+
+    def check(self) -> None:
+        """Refuse the group if a held-back update sent matched no row (once its answers
+        came): the rows are locked, so this cannot happen; if it does, nothing commits."""
+        sent, self._sent_updates = self._sent_updates, []
+        for updating, expected in sent:
+            if updating.rowcount != expected:
+                raise StoreError("a task changed under a locked write; nothing was written")
 
     def mark(self) -> Mark:
         """What to go back to if the next call is refused (see :meth:`undo`)."""
@@ -109,12 +135,12 @@ class GroupState:
         self.cache, self.updates = mark[1], mark[2]
 
 
-class PgTx:
+class PgTx(PgLeases):
     """One protocol call's view of the group's transaction."""
 
     def __init__(self, cur: psycopg.Cursor[dict[str, Any]], state: GroupState) -> None:
         self._cur = cur
-        self._s = state
+        self._s: GroupState = state
         self.sent = False
         """Whether this call sent a write that cannot be undone without a rollback."""
 

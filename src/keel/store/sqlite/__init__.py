@@ -46,6 +46,7 @@ from keel.store.sqlite.connection import (
 )
 from keel.store.sqlite.faults import is_busy, translate
 from keel.store.sqlite.planning import CLAIMS_CONTENDED, PlanMode, Planner
+from keel.store.sqlite.sessions import LostWal
 from keel.store.sqlite.tx import SqliteTx
 from keel.store.sqlite.writes import Writer
 
@@ -61,7 +62,9 @@ __all__ = [
 T = TypeVar("T")
 
 
-def _choice(kind: type[Synchronous] | type[PlanMode], value: object, what: str) -> str:
+def _choice(
+    kind: type[Synchronous] | type[PlanMode] | type[LostWal], value: object, what: str
+) -> str:
     """``value`` checked against the members of ``kind``.
 
     Raises:
@@ -103,6 +106,7 @@ class SqliteStore(TxStore):
         synchronous: Synchronous | str = Synchronous.FULL,
         busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
         plan: PlanMode | str = PlanMode.AUTO,
+        lost_wal: LostWal | str = LostWal.REFUSE,
         clock: Clock | None = None,
         limits: Limits | None = None,
         timeout: float | None = None,
@@ -112,7 +116,12 @@ class SqliteStore(TxStore):
         self.synchronous = Synchronous(_choice(Synchronous, synchronous, "synchronous"))
         mode = PlanMode(_choice(PlanMode, plan, "plan"))
         self.path = Path(path)
-        self._db = Connection(self.path, synchronous=self.synchronous, busy_timeout=busy_timeout)
+        self._db = Connection(
+            self.path,
+            synchronous=self.synchronous,
+            busy_timeout=busy_timeout,
+            lost_wal=LostWal(_choice(LostWal, lost_wal, "lost_wal")),
+        )
         self.planner = Planner(self._db.sql, self._now, mode)
         """How this store plans its groups of writes (see :mod:`.planning`)."""
         try:
@@ -245,6 +254,8 @@ class SqliteStore(TxStore):
                 raise translate(exc, target) from exc
             try:
                 conn.backup(copy)
+                # The copy is closed, whoever has the original open (see .sessions).
+                copy.execute("DELETE FROM keel_sessions")
             except sqlite3.Error as exc:
                 raise self._db.fail(exc) from exc
             finally:

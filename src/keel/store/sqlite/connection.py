@@ -37,6 +37,7 @@ from pathlib import Path
 from keel.errors import NotAStore, StoreError
 from keel.store.sqlfiles import load_migrations
 from keel.store.sqlite.faults import fault_of, is_busy, translate
+from keel.store.sqlite.sessions import LostWal, Session, wal_present
 
 __all__ = [
     "CACHE_KIB",
@@ -90,17 +91,25 @@ class Connection:
     """
 
     def __init__(
-        self, path: Path, *, synchronous: Synchronous, busy_timeout: float, new: bool = False
+        self,
+        path: Path,
+        *,
+        synchronous: Synchronous,
+        busy_timeout: float,
+        new: bool = False,
+        lost_wal: LostWal = LostWal.REFUSE,
     ) -> None:
         self.path = path
         self.busy_ms = int(busy_timeout * 1000)
         self.lock = threading.Lock()
         self.closed = False
+        self.session: Session | None = None
         try:
             if not new and not path.exists():
                 _create(path, synchronous, busy_timeout)
             if not new:
                 check_file(path)
+            wal_was_present = wal_present(path)
             self.sql = sqlite3.connect(
                 path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
             )
@@ -112,6 +121,8 @@ class Connection:
         try:
             self._configure(synchronous, busy_timeout)
             self._migrate()
+            if not new:
+                self._begin_session(wal_was_present, lost_wal)
             self.sql.execute("PRAGMA busy_timeout = 0")
         except sqlite3.Error as exc:
             self.sql.close()
@@ -119,6 +130,18 @@ class Connection:
         except BaseException:
             self.sql.close()
             raise
+
+    def _begin_session(self, wal_was_present: bool, lost_wal: LostWal) -> None:
+        """Record this connection (see :mod:`.sessions`), refusing a store whose log was
+        lost after a crash. A store that cannot take the row (its disk full) is still
+        opened, unrecorded: reading it must stay possible."""
+        session = Session()
+        try:
+            session.begin(self.sql, self.path, wal_was_present=wal_was_present, lost_wal=lost_wal)
+        except sqlite3.Error as exc:
+            log.warning("store %s: cannot record this connection: %s", self.path, self.fail(exc))
+            return
+        self.session = session
 
     def fail(self, exc: sqlite3.Error) -> StoreError:
         """``exc`` as a StoreError naming this store (see :mod:`.faults`)."""
@@ -272,6 +295,20 @@ class Connection:
                 finally:
                     self.sql.close()
 
+    def _end_session(self) -> None:
+        """Remove this connection's row, waiting for the write lock as a write does."""
+        if self.session is None:
+            return
+        try:
+            self.rollback()
+            self.sql.execute(f"PRAGMA busy_timeout = {self.busy_ms}")
+            self.session.end(self.sql)
+            self.sql.execute("PRAGMA busy_timeout = 0")
+        except sqlite3.Error as exc:
+            log.warning(
+                "store %s: cannot remove this connection's record: %s", self.path, self.fail(exc)
+            )
+
     def _fold_wal(self) -> None:
         """``wal_checkpoint(TRUNCATE)``: every committed row into the database file and
         the WAL emptied, so that the file alone is the whole store.
@@ -282,6 +319,7 @@ class Connection:
         snapshot just then, the last connection to close folds the WAL in instead (SQLite
         does so on its own), and this one only says so.
         """
+        self._end_session()
         try:
             self.rollback()
             busy = self.sql.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]

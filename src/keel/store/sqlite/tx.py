@@ -18,6 +18,7 @@ from keel.model import Event, JsonValue, Status, Task
 from keel.store.browse import Position, TaskFilter, sql_where
 from keel.store.rows import event_from_row, task_from_row, task_to_row
 from keel.store.sqlfiles import load_queries
+from keel.store.sqlite.leases import SqliteLeases
 
 __all__ = ["EventRow", "Fill", "Q", "SqliteTx"]
 
@@ -28,7 +29,7 @@ EventRow = tuple[str, float, str | None, str, str, str]
 """A history entry as insert_event_row's parameters."""
 
 
-class SqliteTx:
+class SqliteTx(SqliteLeases):
     """One op's view of the store's transaction (which the caller begins and ends)."""
 
     def __init__(self, conn: sqlite3.Connection, pending: list[EventRow] | None = None) -> None:

@@ -1,0 +1,11 @@
+-- Keel SQLite schema, version 5: who has the store open (keel.store.sqlite.sessions).
+-- A row per open connection, written through to the database file when it opens and
+-- deleted when it closes: a row left by a process that is gone, in a file whose -wal is
+-- missing, means a crash whose last commits were in the lost log.
+
+CREATE TABLE keel_sessions (
+    token TEXT PRIMARY KEY,
+    pid INTEGER NOT NULL,
+    host TEXT NOT NULL,
+    opened_at REAL NOT NULL
+) STRICT;

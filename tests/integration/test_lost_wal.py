@@ -1,0 +1,150 @@
+"""A store whose write-ahead log was lost after a crash is refused, not silently rolled
+back (keel.store.sqlite.sessions): a real process is SIGKILLed while it holds the store
+open with acknowledged tasks in the log, then the log is deleted."""
+
+from __future__ import annotations
+
+import hashlib
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from keel import ConfigurationError, StoreError
+from keel.errors import WalLost
+from keel.store import SqliteStore, open_store
+from store_files import wal_size
+
+pytestmark = pytest.mark.anyio
+
+HOLDER = """
+import asyncio, sys
+from keel.store import SqliteStore
+
+async def main():
+    store = SqliteStore(sys.argv[1])
+    ids = [(await store.create(name="job")).task_id for _ in range(20)]
+    print(" ".join(ids), flush=True)
+    sys.stdin.read()  # holds the store open until killed
+
+asyncio.run(main())
+"""
+
+
+@contextmanager
+def killed_holder(db: Path) -> Iterator[tuple[int, list[str]]]:
+    """A process that opens ``db``, creates 20 tasks (each acknowledged: committed and
+    fsynced), prints their ids and is SIGKILLed; its pid and the ids."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(db)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        ids = proc.stdout.readline().split()
+        assert len(ids) == 20, "the holder did not create its tasks"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        yield proc.pid, ids
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+        for pipe in (proc.stdin, proc.stdout):
+            if pipe is not None:
+                pipe.close()
+
+
+def _keel(*args: str) -> subprocess.CompletedProcess[str]:
+    """The ``keel`` command of this environment, in a process of its own."""
+    keel = Path(sys.executable).parent / "keel"
+    return subprocess.run([keel, *args], check=False, capture_output=True, text=True, timeout=60)
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _lose_wal(db: Path) -> None:
+    for suffix in ("-wal", "-shm"):
+        Path(f"{db}{suffix}").unlink(missing_ok=True)
+
+
+async def test_a_store_whose_wal_was_deleted_after_a_crash_is_refused(tmp_path: Path) -> None:
+    """The crash left the tasks in the log; with the log deleted, opening is refused with
+    WalLost naming the process that never closed it, the file is left as it was, and the
+    CLI says so in one line; ``?lost_wal=accept`` opens what the file holds."""
+    db = tmp_path / "keel.db"
+    SqliteStore(db).close_sync()
+    with killed_holder(db) as (pid, ids):
+        assert wal_size(db), "the acknowledged tasks are in the log"
+        _lose_wal(db)
+        before = _digest(db)
+        with pytest.raises(WalLost) as refused:
+            SqliteStore(db)
+        assert f"pid {pid} on " in str(refused.value)
+        assert f"{db}-wal is missing" in str(refused.value)
+        assert isinstance(refused.value, StoreError)
+        assert _digest(db) == before
+        _lose_wal(db)  # the refused open made an empty one
+
+        result = _keel("tasks", "list", "--store", str(db))
+        assert result.returncode == 1, (result.stdout, result.stderr)
+        assert "Traceback" not in result.stderr
+        [line] = result.stderr.splitlines()
+        assert line.startswith(f"keel: error: store {db} was not closed cleanly")
+        assert "?lost_wal=accept" in line
+        _lose_wal(db)
+
+        accepted = open_store(f"sqlite:///{db}?lost_wal=accept")
+        try:
+            assert not {t.task_id for t in await accepted.list()} & set(ids)
+        finally:
+            await accepted.close()
+        SqliteStore(db).close_sync()  # accepted once: opens as any store from now on
+
+
+async def test_a_crash_with_its_wal_kept_recovers_every_task(tmp_path: Path) -> None:
+    """The usual crash: the log is still there, the next open recovers every acknowledged
+    task from it and forgets the dead process; after a clean close (the log deleted by
+    SQLite) the store opens without complaint."""
+    db = tmp_path / "keel.db"
+    with killed_holder(db) as (_, ids):
+        store = SqliteStore(db)
+        try:
+            assert set(ids) <= {t.task_id for t in await store.list()}
+        finally:
+            await store.close()
+        assert wal_size(db) is None
+        SqliteStore(db).close_sync()
+
+
+async def test_a_backup_made_while_another_process_holds_the_store_opens(
+    tmp_path: Path,
+) -> None:
+    """``store.backup`` copies the file while another process has it open: the copy
+    records no open connection, so it opens after that process died."""
+    db = tmp_path / "keel.db"
+    copy = tmp_path / "copy.db"
+    with killed_holder(db) as (_, ids):
+        store = SqliteStore(db)
+        try:
+            store.backup(copy)
+        finally:
+            await store.close()
+    restored = SqliteStore(copy)
+    try:
+        assert set(ids) <= {t.task_id for t in await restored.list()}
+    finally:
+        await restored.close()
+
+
+def test_lost_wal_takes_refuse_or_accept(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="lost_wal must be 'refuse' or 'accept'"):
+        open_store(f"sqlite:///{tmp_path}/k.db?lost_wal=maybe")
