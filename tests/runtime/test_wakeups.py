@@ -14,7 +14,7 @@ from keel.model import Status
 from keel.runtime import Keel, TaskContext
 from keel.store import MemoryStore, SqliteStore, Store
 
-from .support import SERVICE, parks, running, settles, worker
+from .support import SERVICE, eventually, parks, running, settles, worker
 
 pytestmark = pytest.mark.anyio
 HOUR = 3600.0
@@ -178,3 +178,27 @@ async def test_an_idle_worker_claims_twice_per_task_at_most(tmp_path: Path) -> N
             assert store.claims - before <= 2 * 10, store.claims - before
     finally:
         await store.close()
+
+
+async def test_an_answered_task_is_claimed_in_its_answer_commit(
+    sqlite_store: SqliteStore,
+) -> None:
+    """As for a submit: the answer that makes a task ready and the idle worker's claim of
+    it are one transaction."""
+    app = app_on(sqlite_store)
+    statements: list[str] = []
+    idle = worker(app, claim_interval=HOUR)
+    async with running(idle):
+        task = await app.submit("ask")
+        await parks(sqlite_store, task.task_id)
+        await eventually(lambda: not idle.running, "the parked attempt to end")
+        sqlite_store._db.sql.set_trace_callback(statements.append)
+        await app.answer(task.task_id, {"input-1": {"service": "payments"}})
+        done = await settles(sqlite_store, task.task_id)
+        sqlite_store._db.sql.set_trace_callback(None)
+    assert done.status is Status.COMPLETED
+    writes = [t for t in transactions(statements) if any(task.task_id in s for s in t)]
+    assert len(writes) == 2, writes  # answer + claim, then complete
+    history = await sqlite_store.history(task.task_id)
+    answered = [e for e in history if e.actor == "client"][-1]
+    assert history[history.index(answered) + 1].actor.startswith("worker"), history

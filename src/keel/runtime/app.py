@@ -291,6 +291,7 @@ class Keel:
         waiting = await self.store.get(task_id, owner=owner)
         if waiting.status is Status.INPUT_REQUIRED:
             check_answer_keys(waiting, [*answers, *(declined or {})])
+        self.events.ready()  # as in submit: a claim made now shares the answer's commit
         task = await self.store.provide_input(task_id, answers, owner=owner, declined=declined)
         if task.status is Status.WORKING:
             self.events.ready()
