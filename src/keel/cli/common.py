@@ -7,6 +7,7 @@ Output rule: results go to stdout, warnings and errors to stderr, so that
 
 from __future__ import annotations
 
+import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import IO, Any, TypeVar
 import anyio
 import click
 
+from keel.cli.config import configured_store
 from keel.errors import ConfigurationError
 from keel.store import ENV_VAR, Location, Store, open_store, parse_location, resolve_location
 from keel.store.locations import file_name_problem
@@ -160,7 +162,10 @@ def chosen_location(ctx: click.Context) -> Location:
         ConfigurationError: a bad location.
     """
     state = ctx.find_object(CliState)
-    return parse_location(resolve_location(None if state is None else state.store))
+    explicit = None if state is None else state.store
+    if explicit is None and not os.environ.get(ENV_VAR):
+        explicit = configured_store()  # keel serve's store, from keel.toml
+    return parse_location(resolve_location(explicit))
 
 
 def run_with_store(

@@ -27,7 +27,6 @@ import importlib
 import os
 import socket
 import time
-import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
@@ -56,6 +55,7 @@ from keel.cli.common import (
     store_option_helped,
     store_timeout_option,
 )
+from keel.cli.config import DEFAULT_CONFIG, read_table
 from keel.store import ENV_VAR, Location, parse_location
 
 if TYPE_CHECKING:
@@ -80,7 +80,6 @@ has any: a light module, read when keel serve parses its arguments (and for --he
 The app itself is imported only when it is served: importing the conformance app to
 serve the Bridge cost a third of a second (its schemas load jsonschema)."""
 DEFAULT_APP = "bridge"
-DEFAULT_CONFIG = "keel.toml"
 OWN_KEYS = frozenset(
     {
         "app", "transport", "host", "port", "no_worker", "concurrency", "data_dir", "store",
@@ -195,30 +194,10 @@ def config_table(ctx: click.Context, value: str | None) -> tuple[Path, dict[str,
         click.BadParameter: a file named that is not there or cannot be read, a table
             other than ``[serve]``, an unknown key or a value of the wrong type.
     """
-    explicit = value is not None
-    path = Path(value) if value is not None else Path(DEFAULT_CONFIG)
-    try:
-        found = path.exists()
-    except OSError as exc:  # a name too long for the system: it cannot exist
-        raise click.BadParameter(
-            f"cannot read {path}: {exc.strerror}", param_hint="--config"
-        ) from exc
-    if not found:
-        if explicit:
-            raise click.BadParameter(f"no such file: {path}", param_hint="--config")
+    found = read_table(value)
+    if found is None:
         return None
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise click.BadParameter(f"cannot read {path}: {exc}", param_hint="--config") from exc
-    table = data.get("serve", {})
-    unknown_tables = sorted(set(data) - {"serve"})
-    if not isinstance(table, dict) or unknown_tables:
-        raise click.BadParameter(
-            f"{path}: expected only a [serve] table"
-            + (f", found {', '.join(unknown_tables)}" if unknown_tables else ""),
-            param_hint="--config",
-        )
+    path, table = found
     problem = _table_problem(table, _apps(ctx))
     if problem:
         raise click.BadParameter(f"{path}: {problem}", param_hint="--config")
