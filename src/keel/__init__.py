@@ -32,6 +32,7 @@ if _typing.TYPE_CHECKING:
         ToolError,
         UnknownInputKey,
         UnstorableText,
+        WalLost,
     )
     from keel.model import Event, InputRequest, Reclaimed, Status, Task
     from keel.store import Store, open_store
@@ -72,6 +73,7 @@ __all__ = [
     "ToolError",
     "UnknownInputKey",
     "UnstorableText",
+    "WalLost",
     "open_store",
 ]
 
