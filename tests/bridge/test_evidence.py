@@ -6,57 +6,19 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from bridge.spans import MS, Spans
 from keel.bridge.diagnosis import rank_hypotheses, score_suspects
 from keel.bridge.evidence import DEPENDENCY, SERVICE, ScopedSpan, entity_of, gather
 
-MS = 1_000_000
 MINUTE = 60_000 * MS
 BASELINE = (0, 30 * MINUTE)
 DURING = (30 * MINUTE, 40 * MINUTE)
 SERVICES = ("edge", "fanout", "orders", "a", "b", "c", "d", "e", "f", "g", "h")
 
 
-class Traces:
-    """Builds spans: ``call(parent, service, ms)`` and friends return the new span."""
-
-    def __init__(self) -> None:
-        self.rows: list[ScopedSpan] = []
-        self.ids = 0
-
-    def _id(self) -> str:
-        self.ids += 1
-        return f"{self.ids:016x}"
-
-    def span(
-        self,
-        trace: str,
-        parent: ScopedSpan | None,
-        service: str,
-        start: int,
-        ms: float,
-        *,
-        kind: int = 2,
-        peer: str | None = None,
-        error: bool = False,
-    ) -> ScopedSpan:
-        row: ScopedSpan = (
-            trace,
-            self._id(),
-            None if parent is None else parent[1],
-            service,
-            kind,
-            peer,
-            start,
-            start + int(ms * MS),
-            int(error),
-        )
-        self.rows.append(row)
-        return row
-
-
-def _request(t: Traces, start: int, *, own_ms: float, db_ms: float, db_error: bool = False) -> None:
+def _request(t: Spans, start: int, *, own_ms: float, db_ms: float, db_error: bool = False) -> None:
     """edge -> orders (own work, then a call to the uninstrumented database)."""
-    trace = f"{t.ids:032x}"
+    trace = f"{len(t.rows):032x}"
     edge = t.span(trace, None, "edge", start, own_ms + db_ms + 2, error=db_error)
     orders = t.span(trace, edge, "orders", start + MS, own_ms + db_ms, error=db_error)
     t.span(
@@ -71,9 +33,9 @@ def _request(t: Traces, start: int, *, own_ms: float, db_ms: float, db_error: bo
     )
 
 
-def _traffic(slow_own: float = 1.0, slow_db: float = 1.0, db_errors: float = 0.0) -> Traces:
+def _traffic(slow_own: float = 1.0, slow_db: float = 1.0, db_errors: float = 0.0) -> Spans:
     rng = random.Random(7)
-    t = Traces()
+    t = Spans()
     for i in range(1200):
         start = i * (40 * MINUTE // 1200)
         during = start >= DURING[0]
@@ -84,7 +46,7 @@ def _traffic(slow_own: float = 1.0, slow_db: float = 1.0, db_errors: float = 0.0
     return t
 
 
-def _diagnose(t: Traces) -> dict[str, Any]:
+def _diagnose(t: Spans) -> dict[str, Any]:
     evidence = {"sampled": 1.0, **gather(t.rows, "edge", [BASELINE, DURING], SERVICES)}
     scores = score_suspects(evidence)
     windows = {
@@ -137,7 +99,7 @@ def test_a_diluted_failure_below_a_fan_out_is_still_found() -> None:
     failures; one of them fails 40 % of its calls. The edge's own error rate hardly
     moves, yet that service is the cause."""
     rng = random.Random(3)
-    t = Traces()
+    t = Spans()
     for i in range(1200):
         start = i * (40 * MINUTE // 1200)
         trace = f"{i:032x}"
@@ -155,7 +117,7 @@ def test_a_diluted_failure_below_a_fan_out_is_still_found() -> None:
 def test_a_timeout_waiting_on_a_slow_callee_is_the_callee_s() -> None:
     """A caller's span fails (a timeout) while its child, a callee, took far longer than
     its baseline calls ever did: the failure starts in the callee."""
-    t = Traces()
+    t = Spans()
     for i in range(400):
         start = i * (40 * MINUTE // 400)
         trace = f"{i:032x}"
@@ -170,7 +132,7 @@ def test_a_timeout_waiting_on_a_slow_callee_is_the_callee_s() -> None:
 def test_a_publish_is_the_broker_s_and_so_is_the_delivery_lag() -> None:
     """A producer span whose consumer starts after it ended is a call to the broker (the
     topic), charged the publish and the wait until a consumer took the message."""
-    t = Traces()
+    t = Spans()
     producer = t.span("t" * 32, None, "orders", 0, 2, kind=4, peer="order-events")
     t.span("t" * 32, producer, "worker", 50 * MS, 5, kind=5)
     evidence = gather(t.rows, "orders", [(0, MINUTE), (MINUTE, 2 * MINUTE)], ["orders", "worker"])

@@ -10,47 +10,16 @@ import random
 from pathlib import Path
 from typing import Any
 
+from bridge.spans import MS, Spans
 from keel.bridge.diagnosis import rank_hypotheses, score_suspects
 from keel.bridge.evidence import ScopedSpan, gather
 from keel.bridge.index import TraceIndex, build_index
 from keel.bridge.otlp import names_of
 
-MS = 1_000_000
 MINUTE = 60_000 * MS
 BASELINE = (0, 30 * MINUTE)
 DURING = (30 * MINUTE, 40 * MINUTE)
 SERVICES = ("edge", "orders")
-
-
-class Spans:
-    def __init__(self) -> None:
-        self.rows: list[ScopedSpan] = []
-
-    def add(
-        self,
-        trace: str,
-        parent: ScopedSpan | None,
-        service: str,
-        start: int,
-        ms: float,
-        *,
-        kind: int = 2,
-        peer: str | None = None,
-        error: bool = False,
-    ) -> ScopedSpan:
-        row: ScopedSpan = (
-            trace,
-            f"{len(self.rows) + 1:016x}",
-            None if parent is None else parent[1],
-            service,
-            kind,
-            peer,
-            start,
-            start + int(ms * MS),
-            int(error),
-        )
-        self.rows.append(row)
-        return row
 
 
 def _diagnose(rows: list[ScopedSpan]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -77,9 +46,9 @@ def test_another_hosts_clock_skew_is_not_the_callers_own_time() -> None:
         start = i * (40 * MINUTE // 1200)
         trace = f"{i:032x}"
         work = rng.lognormvariate(0, 0.2) * 20 * (4 if start >= DURING[0] else 1)
-        edge = t.add(trace, None, "edge", start, work + 4)
-        client = t.add(trace, edge, "edge", start + MS, work + 2, kind=3, peer="orders")
-        t.add(trace, client, "orders", start + 2 * MS + 60 * MS, work)
+        edge = t.span(trace, None, "edge", start, work + 4)
+        client = t.span(trace, edge, "edge", start + MS, work + 2, kind=3, peer="orders")
+        t.span(trace, client, "orders", start + 2 * MS + 60 * MS, work)
     evidence, result = _diagnose(t.rows)
     assert _ratio(evidence, "edge") < 1.2
     assert _ratio(evidence, "orders") > 3
@@ -98,12 +67,12 @@ def test_the_backoff_before_a_retry_is_not_the_callers_own_time() -> None:
         failed = start >= DURING[0] and rng.random() < 0.4
         own = rng.lognormvariate(0, 0.2) * 5
         total = own + 8 + (108 if failed else 0)
-        edge = t.add(trace, None, "edge", start, total + 2)
-        orders = t.add(trace, edge, "orders", start + MS, total)
+        edge = t.span(trace, None, "edge", start, total + 2)
+        orders = t.span(trace, edge, "orders", start + MS, total)
         at = start + MS + int(own * MS)
-        t.add(trace, orders, "orders", at, 8, kind=3, peer="pg-orders", error=failed)
+        t.span(trace, orders, "orders", at, 8, kind=3, peer="pg-orders", error=failed)
         if failed:
-            t.add(trace, orders, "orders", at + 108 * MS, 8, kind=3, peer="pg-orders")
+            t.span(trace, orders, "orders", at + 108 * MS, 8, kind=3, peer="pg-orders")
     evidence, result = _diagnose(t.rows)
     assert _ratio(evidence, "orders") < 1.2
     assert result["root_cause"]["service"] == "pg-orders"
@@ -185,11 +154,11 @@ def test_a_caller_waiting_for_a_slower_database_is_not_the_cause() -> None:
         calls_db = i % 5 < 3
         own = rng.lognormvariate(0, 0.2) * 10 * (3 if during and calls_db else 1)
         db = rng.lognormvariate(0, 0.2) * 4 * (6 if during else 1) if calls_db else 0
-        edge = t.add(trace, None, "edge", start, own + db + 2)
-        orders = t.add(trace, edge, "orders", start + MS, own + db)
+        edge = t.span(trace, None, "edge", start, own + db + 2)
+        orders = t.span(trace, edge, "orders", start + MS, own + db)
         if calls_db:
             at = start + MS + int(own * MS)
-            t.add(trace, orders, "orders", at, db, kind=3, peer="pg-orders")
+            t.span(trace, orders, "orders", at, db, kind=3, peer="pg-orders")
     evidence, result = _diagnose(t.rows)
     assert _ratio(evidence, "orders") > 1.5  # it does look slower...
     assert evidence["entities"]["orders"]["without"]["pg-orders"]["during"]["calls"] > 100
@@ -205,10 +174,10 @@ def test_a_callers_span_standing_for_a_lost_one_is_not_timed() -> None:
     for i in range(300):
         start = i * (40 * MINUTE // 300)
         trace = f"{i:032x}"
-        edge = t.add(trace, None, "edge", start, 40)
-        client = t.add(trace, edge, "edge", start + MS, 35, kind=3, peer="orders")
+        edge = t.span(trace, None, "edge", start, 40)
+        client = t.span(trace, edge, "edge", start + MS, 35, kind=3, peer="orders")
         if i % 3:
-            t.add(trace, client, "orders", start + 2 * MS, 33)
+            t.span(trace, client, "orders", start + 2 * MS, 33)
     evidence = gather(t.rows, "edge", [BASELINE, DURING], SERVICES)
     baseline = evidence["entities"]["orders"]["baseline"]
     assert baseline["timed"] < baseline["calls"]
