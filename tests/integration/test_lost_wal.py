@@ -5,7 +5,10 @@ open with acknowledged tasks in the log, then the log is deleted."""
 from __future__ import annotations
 
 import hashlib
+import os
 import signal
+import socket
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,6 +20,7 @@ import pytest
 from keel import ConfigurationError, StoreError
 from keel.errors import WalLost
 from keel.store import SqliteStore, open_store
+from keel.store.sqlite.sessions import process_identity
 from store_files import wal_size
 
 pytestmark = pytest.mark.anyio
@@ -149,3 +153,37 @@ async def test_a_backup_made_while_another_process_holds_the_store_opens(
 def test_lost_wal_takes_refuse_or_accept(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="lost_wal must be 'refuse' or 'accept'"):
         open_store(f"sqlite:///{tmp_path}/k.db?lost_wal=maybe")
+
+
+def _record_stale(db: Path, pid: int, identity: str) -> None:
+    """A row as a process that crashed would have left it, written into ``db`` itself."""
+    SqliteStore(db).close_sync()
+    with sqlite3.connect(db) as conn:
+        conn.execute(
+            "INSERT INTO keel_sessions (token, pid, identity, host, opened_at)"
+            " VALUES (?, ?, ?, ?, ?)",
+            ("stale", pid, identity, socket.gethostname(), 0.0),
+        )
+    conn.close()
+    assert wal_size(db) is None
+
+
+def test_a_reused_pid_is_not_taken_for_the_process_that_crashed(tmp_path: Path) -> None:
+    """A crashed process's pid now belongs to another process (a container's pid 1 every
+    time, say; here this very process): its boot and start time differ, so the row is a
+    crash's. With the log missing that is refused; with a log it is tidied away."""
+    db = tmp_path / "keel.db"
+    _record_stale(db, os.getpid(), "another-boot/1")
+    with pytest.raises(WalLost, match=f"pid {os.getpid()} on "):
+        SqliteStore(db)
+    Path(f"{db}-wal").write_bytes(b"")  # as a crash that left its (empty) log would
+    SqliteStore(db).close_sync()
+    SqliteStore(db).close_sync()  # the stale row went with the first open
+
+
+def test_this_process_recorded_under_its_own_identity_is_alive(tmp_path: Path) -> None:
+    """A row of a live process (this one, as it identifies itself) is never a crash's:
+    another opener may only be starting."""
+    db = tmp_path / "keel.db"
+    _record_stale(db, os.getpid(), process_identity(os.getpid()))
+    SqliteStore(db).close_sync()

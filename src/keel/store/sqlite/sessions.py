@@ -13,9 +13,11 @@ passive checkpoint), deleted when it closes. While any connection is open the lo
 exists, so when a store is opened and its log is missing, no one else has it open; a
 row in the file then is a connection that never closed (its process killed, or the
 machine stopped) and whose log is gone: :class:`~keel.errors.WalLost`, naming who. Rows
-of processes of this host that are alive are not counted (one may be opening just
-now); rows of processes that died while the log survived are removed at the next open
-(their commits were recovered from the log).
+of processes of this host that are alive are not counted (one may be opening just now):
+alive means the same pid *and* the same boot and start time (:func:`process_identity`),
+so a pid reused after a crash is not taken for the crashed process. Rows of processes
+that died while the log survived are removed at the next open (their commits were
+recovered from the log).
 
 Opens are serialized (:func:`opening`, a lock of the store's folder), so that two
 processes opening at once cannot each take the other's new log for the old one.
@@ -44,7 +46,7 @@ try:
 except ImportError:  # pragma: no cover - not POSIX: opens are not serialized
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["LostWal", "Session", "opening", "wal_present"]
+__all__ = ["LostWal", "Session", "opening", "process_identity", "wal_present"]
 
 
 class LostWal(StrEnum):
@@ -85,14 +87,29 @@ def opening(path: Path, *, alone: bool = False) -> Iterator[None]:
         os.close(folder)  # releases the lock
 
 
-def _alive(pid: int) -> bool:
+def process_identity(pid: int) -> str:
+    """What tells process ``pid`` from an earlier one that had the same pid: the boot and
+    its start time, where the system says (Linux's ``/proc``), else ``""`` (the pid alone
+    then). A pid reused after a crash (a container's process is often pid 1 every time)
+    is then not taken for the process that crashed."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (command) "
+    return f"{boot}/{fields[19]}"  # field 22 of stat: start time, in ticks since boot
+
+
+def _alive(pid: int, identity: str) -> bool:
+    """Whether the process that recorded ``pid`` and ``identity`` still runs."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # another user's process: it exists
-        return True
-    return True
+        pass
+    return not identity or process_identity(pid) == identity
 
 
 class Session:
@@ -101,6 +118,7 @@ class Session:
     def __init__(self) -> None:
         self.token = secrets.token_hex(8)
         self.host = socket.gethostname()
+        self.identity = process_identity(os.getpid())
 
     def begin(
         self, sql: sqlite3.Connection, path: Path, *, wal_was_present: bool, lost_wal: LostWal
@@ -119,8 +137,9 @@ class Session:
             tokens = [(row["token"],) for row in gone]
             sql.executemany("DELETE FROM keel_sessions WHERE token = ?", tokens)
             sql.execute(
-                "INSERT INTO keel_sessions (token, pid, host, opened_at) VALUES (?, ?, ?, ?)",
-                (self.token, os.getpid(), self.host, time.time()),
+                "INSERT INTO keel_sessions (token, pid, identity, host, opened_at)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (self.token, os.getpid(), self.identity, self.host, time.time()),
             )
         except BaseException:
             sql.execute("ROLLBACK")
@@ -133,8 +152,12 @@ class Session:
     def _gone(self, sql: sqlite3.Connection) -> list[sqlite3.Row]:
         """Recorded connections whose process is gone (another host's: unknowable,
         counted as gone; SQLite's locks do not span hosts, so it cannot have it open)."""
-        rows = sql.execute("SELECT token, pid, host, opened_at FROM keel_sessions").fetchall()
-        return [r for r in rows if r["host"] != self.host or not _alive(int(r["pid"]))]
+        rows = sql.execute("SELECT * FROM keel_sessions").fetchall()
+        return [
+            r
+            for r in rows
+            if r["host"] != self.host or not _alive(int(r["pid"]), str(r["identity"]))
+        ]
 
     def end(self, sql: sqlite3.Connection) -> None:
         """Remove this connection's row (before the close folds the log in)."""

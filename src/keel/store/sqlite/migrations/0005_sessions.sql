@@ -6,6 +6,7 @@
 CREATE TABLE keel_sessions (
     token TEXT PRIMARY KEY,
     pid INTEGER NOT NULL,
+    identity TEXT NOT NULL,      -- boot and start time of the process (sessions.process_identity)
     host TEXT NOT NULL,
     opened_at REAL NOT NULL
 ) STRICT;
