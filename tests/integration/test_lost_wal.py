@@ -187,3 +187,36 @@ def test_this_process_recorded_under_its_own_identity_is_alive(tmp_path: Path) -
     db = tmp_path / "keel.db"
     _record_stale(db, os.getpid(), process_identity(os.getpid()))
     SqliteStore(db).close_sync()
+
+
+LEAVER = """
+import asyncio, sys
+from keel.store import SqliteStore
+
+async def main():
+    store = SqliteStore(sys.argv[1])
+    await store.create(name="job")
+    raise SystemExit(1)  # on its way out without closing the store (a port taken, say)
+
+asyncio.run(main())
+"""
+
+
+def test_a_process_that_exits_without_closing_leaves_a_store_that_opens(tmp_path: Path) -> None:
+    """A process that exits (not killed) without closing its store: its connection is
+    closed at exit like any other, record included, so the store opens afterwards
+    (SQLite's own close at exit deletes the log; a record left behind would look like a
+    crash whose log was lost)."""
+    db = tmp_path / "keel.db"
+    done = subprocess.run(
+        [sys.executable, "-c", LEAVER, str(db)], check=False, capture_output=True, timeout=60
+    )
+    assert done.returncode == 1, done.stderr
+    assert wal_size(db) is None
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        assert conn.execute("SELECT count(*) FROM keel_sessions").fetchone()[0] == 0
+        assert conn.execute("SELECT count(*) FROM tasks").fetchone()[0] == 1
+    conn.close()
+    Path(f"{db}-wal").unlink(missing_ok=True)  # what the read-only look left
+    Path(f"{db}-shm").unlink(missing_ok=True)
+    SqliteStore(db).close_sync()

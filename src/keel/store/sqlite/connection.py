@@ -21,6 +21,8 @@ threads: whoever holds it owns the connection and its open transaction.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import errno
 import logging
 import os
@@ -29,6 +31,7 @@ import secrets
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import StrEnum
@@ -54,6 +57,25 @@ __all__ = [
 log = logging.getLogger("keel.store.sqlite")
 
 _MIGRATIONS = load_migrations("keel.store.sqlite.migrations")
+
+_OPEN: weakref.WeakSet[Connection] = weakref.WeakSet()
+"""Connections recorded in their file (see :mod:`.sessions`) and not closed yet."""
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    """A process that exits without closing its stores (an error on the way out, say)
+    closes them here, as SQLite would close their files anyway: the record of each
+    connection goes with it, and the log is folded in. Otherwise SQLite's own close
+    would delete the log and leave the record, and the next open would take that for a
+    crash whose log was lost."""
+    for conn in list(_OPEN):
+        # A daemon thread may be stuck holding the lock: exit anyway (the log then stays).
+        if conn.lock.acquire(timeout=2):
+            conn.lock.release()
+            conn.close()
+
+
 SCHEMA_VERSION = _MIGRATIONS[-1].version
 """The schema version this Keel writes and reads."""
 
@@ -161,6 +183,13 @@ class Connection:
             log.warning("store %s: cannot record this connection: %s", self.path, self.fail(exc))
             return
         self.session = session
+        _OPEN.add(self)
+
+    def __del__(self) -> None:
+        # Dropped unclosed: close as the at-exit hook would (see _close_at_exit).
+        if getattr(self, "session", None) is not None and not getattr(self, "closed", True):
+            with contextlib.suppress(Exception):  # nothing may escape a finalizer
+                self.close()
 
     def fail(self, exc: sqlite3.Error) -> StoreError:
         """``exc`` as a StoreError naming this store (see :mod:`.faults`)."""

@@ -160,8 +160,19 @@ class Session:
         ]
 
     def end(self, sql: sqlite3.Connection) -> None:
-        """Remove this connection's row (before the close folds the log in)."""
-        sql.execute("DELETE FROM keel_sessions WHERE token = ?", (self.token,))
+        """Remove this connection's row, and those of processes that are gone (before the
+        close folds the log in). A process that exited without closing the store (a
+        ``keel serve`` whose port was taken, say) lost nothing while the log is here: the
+        fold takes its commits into the file, and a row of it left there would have the
+        next open refuse the store once the log is deleted by a clean close."""
+        tokens = [(self.token,), *((row["token"],) for row in self._gone(sql))]
+        sql.execute("BEGIN IMMEDIATE")
+        try:
+            sql.executemany("DELETE FROM keel_sessions WHERE token = ?", tokens)
+        except BaseException:
+            sql.execute("ROLLBACK")
+            raise
+        sql.execute("COMMIT")
 
 
 def _describe(row: sqlite3.Row) -> str:
