@@ -300,13 +300,22 @@ async def bridge_flows(wire: Wire) -> None:
         ("get_incident", {"incident_id": SEED_INCIDENT}, False),
         ("get_incident", {"incident_id": "INC-0000-NOPE"}, True),
         ("list_deploys", {"deploy_id": SEED_DEPLOY}, False),
-        ("list_deploys", {"since": "yesterday-ish"}, True),
         ("search_traces", {"service": "payments", "errors_only": True, "limit": 5}, False),
-        ("search_traces", {"limit": 100_000}, True),
     ]
     for tool, arguments, is_error in plain:
         answer = await wire.call("CallToolResult", f"{tool} {arguments}", tool, arguments=arguments)
         assert bool(answer.result.get("isError")) is is_error, answer.body
+    for tool, arguments in (
+        ("list_deploys", {"since": "yesterday-ish"}),
+        ("search_traces", {"limit": 100_000}),
+    ):  # invalid arguments: refused as every tool's are (docs/mcp.md)
+        refused = await wire.send(
+            "JSONRPCErrorResponse",
+            f"{tool} {arguments}",
+            "tools/call",
+            {"name": tool, "arguments": arguments},
+        )
+        assert refused.error["code"] == -32602, refused.body
 
     created = await wire.call(
         "CreateTaskResult",
