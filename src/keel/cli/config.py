@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +20,24 @@ import click
 
 from keel.errors import ConfigurationError
 
-__all__ = ["CONFIG_ENV", "DEFAULT_CONFIG", "configured_store", "read_table"]
+__all__ = ["CONFIG_ENV", "DEFAULT_CONFIG", "config_option", "configured_store", "read_table"]
 
 DEFAULT_CONFIG = "keel.toml"
 CONFIG_ENV = "KEEL_CONFIG"
+
+
+def config_option(callback: Callable[..., Any], help_text: str) -> Callable[[Any], Any]:
+    """``--config FILE`` (``$KEEL_CONFIG``), read before every other option by ``callback``
+    (which loads the table into the command's defaults)."""
+    return click.option(
+        "--config",
+        metavar="FILE",
+        envvar=CONFIG_ENV,
+        is_eager=True,
+        expose_value=False,
+        callback=callback,
+        help=help_text,
+    )
 
 
 def read_table(value: str | None) -> tuple[Path, dict[str, Any]] | None:

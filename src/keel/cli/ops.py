@@ -29,6 +29,7 @@ from keel.cli.common import (
     store_option_helped,
     store_timeout_option,
 )
+from keel.cli.config import config_option
 
 __all__ = ["CONSOLE_KEYS", "ops"]
 
@@ -79,14 +80,9 @@ def _with_auth_options(command: Any) -> Any:
 
 
 @click.command(short_help="Serve the operator console (a web page).")
-@click.option(
-    "--config",
-    metavar="FILE",
-    envvar="KEEL_CONFIG",
-    is_eager=True,
-    expose_value=False,
-    callback=_read_config,
-    help="keel serve's TOML settings: the store, auth and operators are read from its "
+@config_option(
+    _read_config,
+    "keel serve's TOML settings: the store, auth and operators are read from its "
     "[serve] table. Default: ./keel.toml if it exists.",
 )
 @data_dir_option("Where keel serve keeps its store (DATA_DIR/keel.db), unless --store says.")

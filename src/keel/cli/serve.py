@@ -55,7 +55,7 @@ from keel.cli.common import (
     store_option_helped,
     store_timeout_option,
 )
-from keel.cli.config import DEFAULT_CONFIG, read_table
+from keel.cli.config import DEFAULT_CONFIG, config_option, read_table
 from keel.store import ENV_VAR, Location, parse_location
 
 if TYPE_CHECKING:
@@ -274,14 +274,8 @@ def store_location(ctx: click.Context, data_dir: Path) -> Location:
 
 
 _OWN_OPTIONS = [
-    click.option(
-        "--config",
-        metavar="FILE",
-        envvar="KEEL_CONFIG",
-        is_eager=True,
-        expose_value=False,
-        callback=_read_config,
-        help=f"TOML settings ([serve] table). Default: ./{DEFAULT_CONFIG} if it exists.",
+    config_option(
+        _read_config, f"TOML settings ([serve] table). Default: ./{DEFAULT_CONFIG} if it exists."
     ),
     click.option(
         "--app",
