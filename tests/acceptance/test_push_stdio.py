@@ -99,3 +99,44 @@ async def test_a_sigterm_closes_stdio_listen_streams_gracefully(tmp_path: Path) 
     assert answers[-1]["result"]["_meta"][SUBSCRIPTION_ID] == "bye", answers
     assert all(f["params"]["_meta"][SUBSCRIPTION_ID] == "bye" for f in frames[:-1]), frames
     assert code == 0
+
+
+@pytest.mark.requirement("B4.27")
+async def test_a_sigterm_writes_every_open_listen_streams_result(tmp_path: Path) -> None:
+    """Three listen streams open on a held task when SIGTERM comes: each one's result
+    (with its subscription id) is written, as that stream's last frame, before stdout
+    ends: the server waits for the results to reach stdout, not for a fixed time."""
+    argv = [str(KEEL), "serve", "--app", "steps_app:app", "--transport", "stdio"]
+    argv += ["--store", str(tmp_path / "keel.db"), "--data-dir", str(tmp_path / "data")]
+    env = worker_env(tmp_path / "effects.jsonl")
+    listens = ["a", "b", "c"]
+    async with await anyio.open_process(argv, cwd=APPS, env=env, stderr=None) as process:
+        client = StdioClient(process)
+        await client.send(1, "tools/call", {"name": "hold", "arguments": {}})
+        task_id = (await client.expect())["result"]["taskId"]
+        for listen in listens:
+            await client.send(
+                listen, "subscriptions/listen", {"notifications": {"taskIds": [task_id]}}
+            )
+        states = 0
+        while states < len(listens):  # each stream's ack, then the task's state
+            frame = await client.expect()
+            states += frame["method"] == "notifications/tasks"
+
+        process.send_signal(signal.SIGTERM)
+        frames: list[dict[str, Any]] = []
+        while (frame := await client.frame()) is not None:
+            frames.append(frame)
+        with anyio.fail_after(WAIT):
+            code = await process.wait()
+    for listen in listens:
+        mine = [
+            f
+            for f in frames
+            if f.get("id") == listen
+            or f.get("params", {}).get("_meta", {}).get(SUBSCRIPTION_ID) == listen
+        ]
+        assert mine, f"nothing more of stream {listen}: {frames}"
+        assert mine[-1].get("id") == listen, mine  # its result is its last frame
+        assert mine[-1]["result"]["_meta"][SUBSCRIPTION_ID] == listen, mine
+    assert code == 0

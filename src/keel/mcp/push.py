@@ -79,6 +79,7 @@ from mcp.shared.subscriptions import (
 from mcp_types import (
     INTERNAL_ERROR,
     Notification,
+    RequestId,
     ServerNotification,
     SubscriptionFilter,
     SubscriptionsAcknowledgedNotification,
@@ -148,6 +149,7 @@ class _Stream:
     owner: str
     core: SubscriptionFilter
     uris: frozenset[str]
+    request_id: RequestId  # the listen request's: its answer ends the stream
     watched: set[str] = field(default_factory=set)
     dirty: set[str] = field(default_factory=set)
     events: dict[ServerEvent, None] = field(default_factory=dict)
@@ -275,17 +277,18 @@ class TaskPush:
         for stream in list(self._streams):
             stream.close()
 
-    async def wait_closed(self) -> bool:
+    async def wait_closed(self) -> list[RequestId]:
         """Wait until no listen stream is open (after :meth:`close`, each returns its
-        result to the transport once it has sent what it had). Whether any was open.
+        result to the transport once it has sent what it had). The ids of the listen
+        requests that were open: their answers are what the transport still writes.
 
-        ``keel serve --transport stdio`` waits for this on SIGTERM before it stops
-        serving: cancelling the server at once would cut the streams without their
-        result (``keel.mcp.serving.run_stdio``)."""
-        had = bool(self._streams)
+        ``keel serve --transport stdio`` waits for this on SIGTERM, then for those
+        answers to be written, before it stops serving: cancelling the server at once
+        would cut the streams without their result (``keel.mcp.serving.run_stdio``)."""
+        ids = [stream.request_id for stream in self._streams]
         while self._streams:
             await self._emptied.wait()
-        return had
+        return ids
 
     async def _follow(self, started: anyio.Event) -> None:
         """Fan the store's committed changes out to the streams watching those tasks."""
@@ -326,7 +329,8 @@ class TaskPush:
             raise MCPError(INTERNAL_ERROR, "task notifications are not running on this server")
         if len(self._streams) >= MAX_STREAMS:
             raise MCPError(INTERNAL_ERROR, "Subscription limit reached")
-        stream = _Stream(self._owner(ctx), core, frozenset(core.resource_subscriptions or ()))
+        uris = frozenset(core.resource_subscriptions or ())
+        stream = _Stream(self._owner(ctx), core, uris, ctx.request_id)
         # Watch before reading: a change committed from now on marks the stream.
         self._watch(stream, task_ids or ())
         unsubscribe = self.bus.subscribe(stream.event)

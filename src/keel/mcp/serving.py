@@ -37,7 +37,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,12 +46,14 @@ from typing import Any
 import anyio
 import anyio.to_thread
 from mcp.server import MCPServer
+from mcp_types import RequestId
 from starlette.types import ASGIApp
 
 from keel.mcp.access import HttpAccess, ServerAuth
 from keel.mcp.plain_tools import plain_tool_arguments
 from keel.mcp.server import TasksExtension, keel_lifespan
 from keel.mcp.state_key import request_state_security
+from keel.mcp.stdio_relay import StdoutRelay
 from keel.mcp.trace_polls import TracePolls
 from keel.mcp.version import keel_version
 from keel.runtime import Keel
@@ -67,11 +69,14 @@ __all__ = [
 ]
 
 STOP_WAIT = 9.0  # seconds a signalled stdio server waits for its lifespan to close the store
-STREAMS_WAIT = 3.0  # seconds a signalled stdio server waits for its listen streams to end
-FLUSH_GRACE = 1.0  # seconds the SDK's stdout writer then gets for the streams' last frames
+STREAMS_WAIT = 3.0  # seconds a signalled stdio server waits for its listen streams' results
+FLUSH_WAIT = 2.0  # seconds a stdio server waits for what it wrote last to reach stdout
 REQUEST_GRACE = 2  # seconds (uvicorn takes whole ones) open requests get after a signal
 
 Lifespan = Callable[[MCPServer[Any]], AbstractAsyncContextManager[dict[str, Any]]]
+Draining = Callable[[], Awaitable[Collection[RequestId]]]
+"""Waits until something that answers requests has ended; the ids of the requests whose
+answers it left to the transport to write (:meth:`keel.mcp.push.TaskPush.wait_closed`)."""
 
 
 def app_server(
@@ -86,7 +91,7 @@ def app_server(
     closed: threading.Event | None = None,
     auth: ServerAuth | None = None,
     stopping: list[Callable[[], None]] | None = None,
-    draining: list[Callable[[], Awaitable[bool]]] | None = None,
+    draining: list[Draining] | None = None,
     telemetry: Telemetry | None = None,
 ) -> MCPServer[Any]:
     """An ``MCPServer`` named ``name`` serving ``app``'s tasks through the tasks extension
@@ -242,19 +247,22 @@ def run_stdio(
     closed: threading.Event,
     *,
     on_stop: Iterable[Callable[[], None]] = (),
-    draining: Iterable[Callable[[], Awaitable[bool]]] = (),
+    draining: Iterable[Draining] = (),
 ) -> None:
     """Serve ``server`` over stdio until stdin ends or SIGTERM / SIGINT comes; ``closed``
     is set when its lifespan has closed the store (:attr:`ServeSettings.closed`).
 
     The SDK's ``run("stdio")`` leaves SIGTERM to Python's default, which ends the process
     at once: no task given back, the store never closed. Here a signal first runs
-    ``on_stop`` (the listen streams are told to end) and waits for ``draining`` (they
-    have ended, each returning its result), then cancels the serving, so its lifespan
-    ends as at the end of stdin (the workers give their tasks back, the store is
-    closed); then the process exits, since the SDK's stdin reader stays blocked in a
-    thread until a line or the end of stdin comes.
+    ``on_stop`` (the listen streams are told to end), waits for ``draining`` (they have
+    ended, each returning its result) and for those results to be written to stdout
+    (:class:`~keel.mcp.stdio_relay.StdoutRelay`: the SDK has no event for a message
+    written), then cancels the serving, so its lifespan ends as at the end of stdin (the
+    workers give their tasks back, the store is closed); then the process exits, since
+    the SDK's stdin reader stays blocked in a thread until a line or the end of stdin
+    comes.
     """
+    relay = StdoutRelay()  # before the SDK claims fd 1
 
     async def until_signal() -> None:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -263,12 +271,13 @@ def run_stdio(
                 async def stop_on_signal() -> None:
                     async for _ in signals:
                         with anyio.CancelScope(shield=True):
-                            await _drain(on_stop, draining)
+                            await _drain(on_stop, draining, relay)
                         tg.cancel_scope.cancel()
                         with anyio.CancelScope(shield=True):
                             await anyio.to_thread.run_sync(closed.wait, STOP_WAIT)
                         sys.stdout.flush()
                         sys.stderr.flush()
+                        relay.finish(FLUSH_WAIT)
                         os._exit(0)
 
                 tg.start_soon(stop_on_signal)
@@ -276,21 +285,22 @@ def run_stdio(
                 tg.cancel_scope.cancel()
 
     anyio.run(until_signal)
+    relay.finish(FLUSH_WAIT)
 
 
 async def _drain(
-    on_stop: Iterable[Callable[[], None]], draining: Iterable[Callable[[], Awaitable[bool]]]
+    on_stop: Iterable[Callable[[], None]], draining: Iterable[Draining], relay: StdoutRelay
 ) -> None:
-    """Run ``on_stop``, then wait (at most :data:`STREAMS_WAIT` s) for ``draining``. If a
-    stream was open, give the SDK's stdout writer :data:`FLUSH_GRACE` for its last frame:
-    it writes in a thread and offers no event for a frame written, and cancelling it
-    between the write and the flush would lose the frame."""
+    """Run ``on_stop``, then wait (at most :data:`STREAMS_WAIT` s in all) for
+    ``draining``, and for the answers it names to be written to stdout."""
+    relay.watch()  # before the answers can come
     for hook in on_stop:
         hook()
-    with anyio.move_on_after(STREAMS_WAIT):
-        had = [await wait() for wait in draining]
-        if any(had):
-            await anyio.sleep(FLUSH_GRACE)
+    with anyio.move_on_after(STREAMS_WAIT) as scope:
+        ids = [i for wait in draining for i in await wait()]
+        if ids:
+            left = max(scope.deadline - anyio.current_time(), 0.0)
+            await anyio.to_thread.run_sync(relay.written, ids, left, abandon_on_cancel=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,7 +321,7 @@ class ServeSettings:
     stopping: list[Callable[[], None]] = field(default_factory=list, compare=False)
     """What :func:`run_http` and :func:`run_stdio` run as a signal stops the server
     (``on_stop``)."""
-    draining: list[Callable[[], Awaitable[bool]]] = field(default_factory=list, compare=False)
+    draining: list[Draining] = field(default_factory=list, compare=False)
     """What :func:`run_stdio` then waits for (``draining``)."""
     telemetry: Telemetry | None = field(default=None, compare=False)
     """Metrics, health and logs of the process (``keel serve`` attaches its store)."""
