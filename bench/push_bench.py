@@ -34,6 +34,17 @@ times (medians reported).
 
     uv run python bench/push_bench.py --samples 0 --streams 0 --load 20 --rounds 3
 
+``--raw-clients`` runs them with the bench's own client instead
+(``bench/_raw_client.py``: the same wire over raw HTTP/1.1, a fraction of the SDK
+client's CPU), all in one process by default, so that 32 clients really poll every
+10 ms or hold their listen streams on a 2-core machine; it also reports the polls per
+task achieved and the mean task time. With it ``--pin`` is on by default: the server on
+one CPU, the clients and this process on the others (``os.sched_setaffinity``), so
+that the clients never take the server's CPU (``--no-pin`` to let the kernel place
+them).
+
+    uv run python bench/push_bench.py --samples 0 --streams 0 --load 20 --rounds 3 --raw-clients
+
 It also opens ``--streams`` listen streams (default 1,000, one task each) on a real
 ``keel serve --no-worker`` and reads the server's RSS before and after.
 
