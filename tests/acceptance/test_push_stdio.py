@@ -63,16 +63,30 @@ class StdioClient:
         assert frame is not None, "stdout ended"
         return frame
 
+    async def terminate(self) -> tuple[list[dict[str, Any]], int]:
+        """SIGTERM the server: every frame it writes until stdout ends, and its exit code."""
+        self.process.send_signal(signal.SIGTERM)
+        frames: list[dict[str, Any]] = []
+        while (frame := await self.frame()) is not None:
+            frames.append(frame)
+        with anyio.fail_after(WAIT):
+            return frames, await self.process.wait()
+
+
+async def serve_stdio(tmp_path: Path) -> Process:
+    """``keel serve --transport stdio`` of the steps app, started (``async with`` it)."""
+    argv = [str(KEEL), "serve", "--app", "steps_app:app", "--transport", "stdio"]
+    argv += ["--store", str(tmp_path / "keel.db"), "--data-dir", str(tmp_path / "data")]
+    env = worker_env(tmp_path / "effects.jsonl")
+    return await anyio.open_process(argv, cwd=APPS, env=env, stderr=None)
+
 
 @pytest.mark.requirement("B4.27")
 async def test_a_sigterm_closes_stdio_listen_streams_gracefully(tmp_path: Path) -> None:
     """SIGTERM to ``keel serve --transport stdio`` while a listen stream on a held task is
     open: after the ack and the task's state, the stream's last frame is the listen's
     result with the subscription id; nothing follows it, stdout ends, exit code 0."""
-    argv = [str(KEEL), "serve", "--app", "steps_app:app", "--transport", "stdio"]
-    argv += ["--store", str(tmp_path / "keel.db"), "--data-dir", str(tmp_path / "data")]
-    env = worker_env(tmp_path / "effects.jsonl")
-    async with await anyio.open_process(argv, cwd=APPS, env=env, stderr=None) as process:
+    async with await serve_stdio(tmp_path) as process:
         client = StdioClient(process)
         await client.send(1, "tools/call", {"name": "hold", "arguments": {}})
         created = await client.expect()
@@ -85,13 +99,7 @@ async def test_a_sigterm_closes_stdio_listen_streams_gracefully(tmp_path: Path) 
         state = await client.expect()
         assert state["method"] == "notifications/tasks", state
         assert state["params"]["taskId"] == task_id
-
-        process.send_signal(signal.SIGTERM)
-        frames: list[dict[str, Any]] = []
-        while (frame := await client.frame()) is not None:
-            frames.append(frame)
-        with anyio.fail_after(WAIT):
-            code = await process.wait()
+        frames, code = await client.terminate()
     answers = [f for f in frames if "method" not in f]
     assert answers, f"the stream was cut without its result: {frames}"
     assert answers[-1] is frames[-1], frames  # the result is the stream's last frame
@@ -106,11 +114,8 @@ async def test_a_sigterm_writes_every_open_listen_streams_result(tmp_path: Path)
     """Three listen streams open on a held task when SIGTERM comes: each one's result
     (with its subscription id) is written, as that stream's last frame, before stdout
     ends: the server waits for the results to reach stdout, not for a fixed time."""
-    argv = [str(KEEL), "serve", "--app", "steps_app:app", "--transport", "stdio"]
-    argv += ["--store", str(tmp_path / "keel.db"), "--data-dir", str(tmp_path / "data")]
-    env = worker_env(tmp_path / "effects.jsonl")
     listens = ["a", "b", "c"]
-    async with await anyio.open_process(argv, cwd=APPS, env=env, stderr=None) as process:
+    async with await serve_stdio(tmp_path) as process:
         client = StdioClient(process)
         await client.send(1, "tools/call", {"name": "hold", "arguments": {}})
         task_id = (await client.expect())["result"]["taskId"]
@@ -122,13 +127,7 @@ async def test_a_sigterm_writes_every_open_listen_streams_result(tmp_path: Path)
         while states < len(listens):  # each stream's ack, then the task's state
             frame = await client.expect()
             states += frame["method"] == "notifications/tasks"
-
-        process.send_signal(signal.SIGTERM)
-        frames: list[dict[str, Any]] = []
-        while (frame := await client.frame()) is not None:
-            frames.append(frame)
-        with anyio.fail_after(WAIT):
-            code = await process.wait()
+        frames, code = await client.terminate()
     for listen in listens:
         mine = [
             f
