@@ -126,7 +126,7 @@ SNAPSHOT_FIELDS = {
     "task_id", "status", "name", "owner", "arguments", "status_message", "input_requests",
     "input_responses", "pending_input", "result", "error", "idempotency_key", "attempt",
     "max_attempts", "lease", "fence", "closed_fence", "ready_at", "ttl", "expires_at",
-    "created_at", "updated_at",
+    "created_at", "updated_at", "claimed_at", "trace_context",
 }  # fmt: skip
 
 

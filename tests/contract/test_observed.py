@@ -7,10 +7,12 @@ A known workload, every counter checked.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from contract.support import ERROR, LEASE, FakeClock, ask
-from keel.errors import TaskAlreadyTerminal
+from keel.errors import InvalidPayload, TaskAlreadyTerminal
 from keel.model import Status
 from keel.store import Store, TxStore
 from keel.store.observed import Committed
@@ -130,18 +132,98 @@ async def test_every_counter_is_exact_after_a_known_workload(
 
 
 async def test_a_trace_context_is_kept_with_the_task_and_out_of_its_steps(
-    store: Store,
+    store: Store, clock: FakeClock
 ) -> None:
-    """create(trace_context=…) keeps it in the same transaction; steps() leaves it out;
-    a repeat of the create keeps the first one."""
-    assert isinstance(store, TxStore)
-    carrier = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+    """create(trace_context=…) keeps it on the task, in the same transaction; steps()
+    know nothing of it; a repeat of the create keeps the first one; every later write
+    and every read (a claim included) carries it."""
+    carrier = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+               "tracestate": "vendor=x"}  # fmt: skip
     task = await store.create(name="job", idempotency_key="t", trace_context=carrier)
+    assert task.trace_context == carrier
     again = {"traceparent": "00-11111111111111111111111111111111-2222222222222222-01"}
-    await store.create(name="job", idempotency_key="t", trace_context=again)
-    assert await store.trace_contexts([task.task_id]) == {task.task_id: carrier}
+    repeat = await store.create(name="job", idempotency_key="t", trace_context=again)
+    assert repeat.trace_context == carrier
     assert await store.steps(task.task_id) == {}
-    plain = await store.create(name="job")
-    found = await store.trace_contexts([plain.task_id, task.task_id, "no-such-task"])
-    assert found == {task.task_id: carrier}
-    assert await store.trace_contexts([]) == {}
+    (claimed,) = await store.claim(["job"], worker="w1", lease_seconds=LEASE)
+    assert claimed.trace_context == carrier
+    await store.save_step(task.task_id, "fetch", 1, fence=claimed.fence)
+    done = await store.complete(task.task_id, 2, fence=claimed.fence)
+    assert done.trace_context == (await store.get(task.task_id)).trace_context == carrier
+    assert await store.steps(task.task_id) == {"fetch": 1}
+    assert (await store.create(name="job", trace_context={})).trace_context is None
+    assert (await store.create(name="job")).trace_context is None
+
+
+@pytest.mark.parametrize(
+    "carrier",
+    [{"traceparent": 1}, ["traceparent"], {"traceparent": "x\x00"}, {"t": "x" * 5000}],
+    ids=["not-text", "not-an-object", "nul", "too-long"],
+)
+async def test_a_bad_trace_context_is_refused_and_creates_nothing(
+    store: Store, carrier: object
+) -> None:
+    """A trace context that is not an object of storable strings, or is over its bound,
+    is an InvalidPayload naming it, and no task is created."""
+    with pytest.raises(InvalidPayload, match="trace context"):
+        await store.create(name="job", trace_context=carrier)  # type: ignore[arg-type]
+    assert await store.list() == []
+
+
+async def test_a_claim_records_its_time_and_the_task_keeps_it(
+    store: Store, clock: FakeClock
+) -> None:
+    """claimed_at is the latest claim's time: a heartbeat or a status message leaves it,
+    the attempt's end keeps it, the next claim replaces it."""
+    task = await store.create(name="job", max_attempts=2)
+    assert task.claimed_at is None
+    first = clock.advance(3)
+    (claimed,) = await store.claim(["job"], worker="w1", lease_seconds=LEASE)
+    assert claimed.claimed_at == first
+    clock.advance(4)
+    await store.renew(task.task_id, fence=claimed.fence, lease_seconds=LEASE)
+    await store.set_status_message(task.task_id, "busy", fence=claimed.fence)
+    retried = await store.retry(task.task_id, ERROR, fence=claimed.fence, delay_seconds=0)
+    assert retried.claimed_at == first
+    second = clock.advance(5)
+    (again,) = await store.claim(["job"], worker="w2", lease_seconds=LEASE)
+    assert again.claimed_at == second
+    assert (await store.get(task.task_id)).claimed_at == second
+
+
+async def test_an_attempt_is_timed_once_by_whichever_handle_ends_it(
+    store: Store, reopen: Callable[[], Store], clock: FakeClock
+) -> None:
+    """Claimed through one handle (one process), ended through another (a restarted or
+    other process): the attempt's duration is observed exactly once, by the handle that
+    wrote the end, from the claim's time: a completion, a cancel and a recovered lease."""
+    other = reopen()
+    here, _ = observed(store)
+    there, _ = observed(other)
+    a = await store.create(name="job")
+    b = await store.create(name="job")
+    c = await store.create(name="job")
+    clock.advance(1)
+    claimed = {t.task_id: t for t in await store.claim(["job"], worker="w1",
+                                                       lease_seconds=LEASE, limit=3)}  # fmt: skip
+    clock.advance(2)
+    await other.complete(a.task_id, 1, fence=claimed[a.task_id].fence)
+    clock.advance(3)
+    await other.cancel(b.task_id)
+    clock.advance(LEASE)
+    assert [t.task_id for t in await other.recover_expired()] == [c.task_id]
+
+    def durations(metrics: Metrics) -> dict[str, tuple[float, float]]:
+        name = "keel_attempt_duration_seconds"
+        seen = {}
+        for outcome in ("completed", "cancelled", "recovered"):
+            labels = {"tool": "job", "outcome": outcome}
+            seen[outcome] = (value(metrics, f"{name}_count", **labels),
+                             value(metrics, f"{name}_sum", **labels))  # fmt: skip
+        return seen
+
+    assert durations(there) == {"completed": (1, 2), "cancelled": (1, 5),
+                                "recovered": (1, 5 + LEASE)}  # fmt: skip
+    assert durations(here) == {"completed": (0, 0), "cancelled": (0, 0), "recovered": (0, 0)}
+    assert value(here, "keel_queue_wait_seconds_count", tool="job") == 3
+    assert value(there, "keel_queue_wait_seconds_count", tool="job") == 0

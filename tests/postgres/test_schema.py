@@ -11,7 +11,8 @@ from psycopg import sql
 
 from keel import StoreError
 from keel.store import PostgresStore
-from keel.store.postgres.schema import MIGRATIONS, SCHEMA_VERSION
+from keel.store.postgres.schema import _CREATE_VERSION_TABLE, MIGRATIONS, SCHEMA_VERSION
+from schema_upgrade import OldStore, check_upgraded
 
 from .pg import admin, drop_schema, new_schema, store_url
 
@@ -121,6 +122,39 @@ def test_newer_schema_is_refused(schema):
         PostgresStore(store_url(schema))
     assert str(SCHEMA_VERSION + 1) in str(info.value)
     assert "upgrade" in str(info.value)
+
+
+@pytest.mark.anyio
+async def test_a_store_of_schema_3_keeps_its_traces_after_the_upgrade(schema, open_pg):
+    """A schema written by Keel with schema version 3 (trace contexts as the reserved step
+    ``keel:trace-context``, no claim times) opens migrated: each trace context in its
+    task's column, the reserved step gone, a leased task's claim time from its claim."""
+    old = OldStore()
+    with admin() as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+        conn.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(schema)))
+        conn.execute(_CREATE_VERSION_TABLE)
+        for migration in MIGRATIONS[:3]:
+            conn.execute(migration.sql.encode())
+            conn.execute(
+                "INSERT INTO keel_schema VALUES (%s, %s, 0)", (migration.version, migration.name)
+            )
+        with conn.cursor() as cur:
+            cur.executemany(old.insert_task_sql("%({})s"), old.tasks)
+            cur.executemany("INSERT INTO task_steps VALUES (%s, %s, %s, %s)", old.steps)
+            cur.executemany(
+                "INSERT INTO task_events (task_id, at, from_status, to_status, reason, actor)"
+                " VALUES (%s, %s, %s, %s, %s, %s)",
+                old.events,
+            )
+    store = open_pg()
+    assert store.schema_version == SCHEMA_VERSION
+    await check_upgraded(store)
+    with admin() as conn:
+        names = conn.execute(
+            sql.SQL("SELECT DISTINCT name FROM {}.task_steps").format(sql.Identifier(schema))
+        ).fetchall()
+    assert names == [("fetch",)]
 
 
 @pytest.mark.anyio

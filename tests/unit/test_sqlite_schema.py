@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from keel import ConfigurationError, NotAStore, StoreError
 from keel.store import SqliteStore
 from keel.store.sqlfiles import load_migrations
 from keel.store.sqlite import SCHEMA_VERSION
+from schema_upgrade import OldStore, check_upgraded
 
 TABLES = {"tasks", "task_events", "task_steps", "keel_schema", "task_changes", "keel_sessions"}
 INDEXES = {
@@ -81,6 +83,40 @@ def test_fresh_schema_equals_all_migrations_applied(db):
         actual = {k: _objects(conn, k) for k in ("table", "index", "trigger", "view")}
     del actual["table"]["keel_schema"]
     assert actual == expected
+
+
+@pytest.mark.anyio
+async def test_a_store_of_schema_5_keeps_its_traces_after_the_upgrade(tmp_path):
+    """A file written by Keel with schema version 5 (trace contexts as the reserved step
+    ``keel:trace-context``, no claim times) opens migrated: each trace context in its
+    task's column, the reserved step gone, a leased task's claim time from its claim."""
+    path, old = tmp_path / "old.db", OldStore()
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+        conn.execute(
+            "CREATE TABLE keel_schema (version INTEGER PRIMARY KEY, name TEXT NOT NULL,"
+            " applied_at REAL NOT NULL) STRICT"
+        )
+        for migration in load_migrations("keel.store.sqlite.migrations")[:5]:
+            conn.executescript(migration.sql)
+            conn.execute(
+                "INSERT INTO keel_schema VALUES (?, ?, 0)", (migration.version, migration.name)
+            )
+        conn.executemany(old.insert_task_sql(":{}"), old.tasks)
+        conn.executemany("INSERT INTO task_steps VALUES (?, ?, ?, ?)", old.steps)
+        conn.executemany(
+            "INSERT INTO task_events (task_id, at, from_status, to_status, reason, actor)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            old.events,
+        )
+    store = SqliteStore(path)
+    try:
+        assert store.schema_version == SCHEMA_VERSION
+        await check_upgraded(store)
+    finally:
+        await store.close()
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        names = conn.execute("SELECT DISTINCT name FROM task_steps").fetchall()
+    assert names == [("fetch",)]
 
 
 def test_store_uses_wal_and_passes_an_integrity_check(db):

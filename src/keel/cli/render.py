@@ -69,11 +69,13 @@ def task_to_json(
         ),
         "fence": task.fence,
         "closed_fence": task.closed_fence,
+        "claimed_at": task.claimed_at,
         "ready_at": task.ready_at,
         "ttl": task.ttl,
         "expires_at": task.expires_at,
         "created_at": task.created_at,
         "updated_at": task.updated_at,
+        "trace_context": None if task.trace_context is None else dict(task.trace_context),
     }
     if history is not None:
         data["history"] = [event_to_json(e) for e in history]
@@ -308,6 +310,10 @@ def show_lines(
             f"lease           {task.lease_owner} until {format_time(task.lease_expires_at)} "
             f"(fence {task.fence})"
         )
+    if task.claimed_at is not None:
+        lines.append(f"last claimed    {format_time(task.claimed_at)}")
+    traceparent = (task.trace_context or {}).get("traceparent")
+    lines.append(f"trace           {traceparent or '-'}")
     if task.ttl is None:
         lines.append("ttl             none (kept until deleted)")
     else:

@@ -7,8 +7,8 @@ OpenTelemetry middleware (the first of ``server.middleware``, outermost-first), 
 context a task was created in (see :mod:`keel.telemetry.tracing`) the current one while
 a ``tasks/get``, ``tasks/update``, ``tasks/cancel``, ``tasks/result`` of that task is
 handled: the SDK's span of the poll becomes a child of the task's ``tools/call`` span
-instead of a trace of its own. It costs one store read per poll, and only when spans
-are recorded; a request that brings its own ``traceparent`` keeps it.
+instead of a trace of its own. It costs one store read of the task per poll, and only
+when spans are recorded; a request that brings its own ``traceparent`` keeps it.
 
 It runs before authorization: it reads the stored context of whatever task id a
 request names, and uses it only for the server's own span of that request.
@@ -48,13 +48,12 @@ class TracePolls:
             return await call_next(ctx)
         if ctx.meta and "traceparent" in ctx.meta:  # the client's own context wins
             return await call_next(ctx)
-        read = getattr(self.app.store, "trace_contexts", None)
         try:
-            found = {} if read is None else await read([task_id])
+            carrier = (await self.app.store.get(task_id)).trace_context
         except KeelError as exc:  # the handler will meet the same and answer it
             log.debug("no trace context for a poll of %s: %s", task_id, exc)
-            found = {}
-        parent = tracing.parent_of(found.get(task_id))
+            carrier = None
+        parent = tracing.parent_of(carrier)
         if parent is None:
             return await call_next(ctx)
         token = otel_context.attach(parent)

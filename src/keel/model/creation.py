@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from keel.errors import InvalidPayload
 from keel.model.machine import (
@@ -32,7 +32,18 @@ from keel.model.validation import (
     validate_input,
 )
 
-__all__ = ["check_imported", "new_task", "request_digest", "same_request"]
+__all__ = [
+    "MAX_TRACE_CONTEXT_BYTES",
+    "check_imported",
+    "check_trace_context",
+    "new_task",
+    "request_digest",
+    "same_request",
+]
+
+MAX_TRACE_CONTEXT_BYTES = 4096
+"""A stored trace context's bound, encoded: a ``traceparent`` is 55 characters, and W3C
+asks that at least 512 of a ``tracestate`` be passed on."""
 
 
 def new_task(
@@ -49,10 +60,12 @@ def new_task(
     actor: str,
     input_responses: Mapping[str, JsonValue] | None = None,
     limits: Limits = DEFAULT_LIMITS,
+    trace_context: Mapping[str, str] | None = None,
 ) -> Change:
     """A new task: ``input_required`` if it starts with unanswered input requests, else
     ``working``. ``input_responses`` answers some of them at once (input asked for before
     the task existed, such as an MCP client's synchronous answers); each is validated.
+    ``trace_context`` is kept with it (see :func:`check_trace_context`).
 
     Raises:
         InputRejected: an answer that violates its request's schema.
@@ -61,6 +74,7 @@ def new_task(
             or idempotency key (the error names the field: ``arguments.note: …``).
         PayloadTooLarge: arguments over the limit.
     """
+    carrier = check_trace_context(trace_context)
     if name is not None:
         check_key(name, "task name", limits)
     if not isinstance(arguments, Mapping):
@@ -99,6 +113,7 @@ def new_task(
         ttl=ttl,
         status_message=first_message(pending),
         request_digest=request_digest(name, args, requests),
+        trace_context=carrier,
     )
     why = f"created; waiting for input {key_list(pending)}" if pending else "created"
     if answered:
@@ -172,7 +187,28 @@ def check_imported(task: Task, limits: Limits = DEFAULT_LIMITS) -> Task:
         result=result,
         error=error,
         request_digest=task.request_digest or request_digest(task.name, arguments, requests),
+        trace_context=check_trace_context(task.trace_context),
     )
+
+
+def check_trace_context(carrier: object) -> dict[str, str] | None:
+    """A trace context to keep with a task (W3C headers: ``traceparent``, ``tracestate``),
+    as a private copy; None for none (an empty one included).
+
+    Raises:
+        InvalidPayload: not an object of strings, or over :data:`MAX_TRACE_CONTEXT_BYTES`.
+        UnstorableText: NUL or a lone surrogate in it.
+    """
+    if carrier is None:
+        return None
+    if not isinstance(carrier, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in carrier.items()
+    ):
+        raise InvalidPayload(f"a trace context must be an object of strings, not {carrier!r}")
+    if not carrier:
+        return None
+    _, copy = normalize(dict(carrier), "trace context", MAX_TRACE_CONTEXT_BYTES)
+    return cast(dict[str, str], copy)
 
 
 def _check_shape(

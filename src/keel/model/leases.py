@@ -11,7 +11,7 @@ __all__ = ["check_step", "claim", "release", "renew", "set_status_message"]
 
 
 def claim(task: Task, now: float, *, worker: str, lease_seconds: float) -> Change:
-    """A ready ``working`` task gets a lease and a new fencing token.
+    """A ready ``working`` task gets a lease, a new fencing token and its claim time.
 
     Raises:
         InvalidTransition: the task is not ready (adapters select only ready tasks).
@@ -27,6 +27,7 @@ def claim(task: Task, now: float, *, worker: str, lease_seconds: float) -> Chang
         lease_owner=worker,
         lease_expires_at=now + lease_seconds,
         fence=fence,
+        claimed_at=now,
     )
 
 

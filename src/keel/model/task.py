@@ -103,6 +103,13 @@ class Task:
     request_digest: str = ""
     """SHA-256 of what created the task (name, arguments, initial input requests): a
     create that repeats the task's idempotency key must repeat this too."""
+    trace_context: Mapping[str, str] | None = None
+    """The W3C trace context (``traceparent``, ``tracestate``) of the span the task was
+    created in, fixed at creation: its attempts, steps and polls join that trace (see
+    :mod:`keel.telemetry.tracing`). None: created outside a recorded span."""
+    claimed_at: float | None = None
+    """When the latest attempt was claimed (None: never claimed). Kept after the attempt
+    ends: whichever process records an outcome times the attempt from it."""
 
     @property
     def pending_input(self) -> dict[str, InputRequest]:

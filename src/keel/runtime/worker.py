@@ -276,7 +276,7 @@ class Worker:
             if free > 0:
                 turn = (turn + 1) % max(len(groups), 1)  # no group waits behind others
                 claimed = await self._claim(store, groups[turn:] + groups[:turn], free)
-            parents = await self._trace_parents(claimed)
+            traced = bool(claimed) and tracing.enabled()
             for task in claimed:
                 if self.stopping:  # the claim committed as we stopped: give it straight back
                     await self._release(task, SHUTTING_DOWN)
@@ -284,7 +284,8 @@ class Worker:
                 stale = self._running.get(task.task_id)
                 if stale is not None:  # our own earlier attempt lost its lease: stop it
                     stale.stop("task was taken over by another attempt")
-                attempt = _Attempt(task, trace_parent=parents.get(task.task_id))
+                parent = tracing.parent_of(task.trace_context) if traced else None
+                attempt = _Attempt(task, trace_parent=parent)
                 self._running[task.task_id] = attempt
                 tg.start_soon(self._run_attempt, attempt)
             if len(claimed) >= min(free, MAX_CLAIM_BATCH) > 0 and self._busy < self.concurrency:
@@ -439,19 +440,6 @@ class Worker:
                 outcome = Stopped(reason, release=reason in GIVE_BACK)
             _traced(span, attempt.task, outcome)
         return outcome
-
-    async def _trace_parents(self, claimed: list[Task]) -> dict[str, Context | None]:
-        """The trace contexts stored with ``claimed`` tasks (one read for a claim's batch),
-        if spans are recorded at all."""
-        read = getattr(self.app.store, "trace_contexts", None)
-        if read is None or not claimed or not tracing.enabled():
-            return {}
-        try:
-            found = await read([task.task_id for task in claimed])
-        except KeelError as exc:
-            log.info("no trace contexts for %d task(s): %s", len(claimed), exc)
-            return {}
-        return {task_id: tracing.parent_of(carrier) for task_id, carrier in found.items()}
 
     async def _handle(self, attempt: _Attempt) -> AttemptOutcome | None:
         """The handler's own ending, or None when it found it no longer owns the task."""

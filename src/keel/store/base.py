@@ -34,7 +34,6 @@ from keel.store.leases import (
 from keel.store.observed import CommitObserver, Committed, Recording, tell
 from keel.store.protocol import Clock
 from keel.store.rerun import rerun_failed
-from keel.store.rows import compact_json
 
 __all__ = [
     "Op",
@@ -48,10 +47,6 @@ T = TypeVar("T")
 
 MAX_CLAIM_BATCH = 100
 """Claims are bounded: a long claim transaction blocks every other writer."""
-TRACE_STEP = "keel:trace-context"
-"""The step record that keeps a task's trace context (the W3C ``traceparent`` of the
-span that created it): written with the task, read by :meth:`TxStore.trace_context`,
-left out of :meth:`TxStore.steps`. Step names starting ``keel:`` are Keel's."""
 
 
 def new_task_id() -> str:
@@ -301,23 +296,9 @@ class TxStore:
     async def steps(self, task_id: str, *, owner: str | None = None) -> Mapping[str, JsonValue]:
         def op(tx: Tx) -> dict[str, JsonValue]:
             _require(tx, task_id, owner)
-            steps = tx.get_steps(task_id)
-            steps.pop(TRACE_STEP, None)
-            return steps
+            return tx.get_steps(task_id)
 
         return await self._run(Op(op, _named(task_id)), write=False)
-
-    async def trace_contexts(self, task_ids: Collection[str]) -> dict[str, dict[str, str]]:
-        """The trace contexts tasks were created with (W3C ``traceparent`` and
-        ``tracestate``), by task id, in one read; tasks created outside a recorded span,
-        and unknown ones, are left out."""
-        ids = [task_id for task_id in task_ids if _known(task_id)]
-
-        def op(tx: Tx) -> dict[str, dict[str, str]]:
-            found = {task_id: tx.get_steps(task_id).get(TRACE_STEP) for task_id in ids}
-            return {k: v for k, v in found.items() if isinstance(v, dict)}
-
-        return await self._run(Op(op, tuple(ids)), write=False) if ids else {}
 
     # --- client writes -------------------------------------------------------------
 
@@ -353,6 +334,7 @@ class TxStore:
                 actor=actor,
                 input_responses=input_responses,
                 limits=self.limits,
+                trace_context=trace_context,
             )
             if idempotency_key is not None:
                 existing = tx.load_by_key(owner, idempotency_key)
@@ -364,8 +346,6 @@ class TxStore:
             tx.insert(change.task)
             assert change.event is not None
             tx.append(change.event)
-            if trace_context:
-                tx.put_step(task_id, TRACE_STEP, compact_json(dict(trace_context)), change.event.at)
             return change.task
 
         return await self._write(Op(op), "create")

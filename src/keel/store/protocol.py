@@ -75,13 +75,15 @@ class Store(Protocol):
 
         ``ttl`` and ``max_attempts`` are options of the first create: a repeat with other
         values returns the task as it was created. ``trace_context`` (W3C ``traceparent``
-        and ``tracestate`` of the span that creates it) is kept with the task, for the
-        spans of its attempts (:mod:`keel.telemetry.tracing`).
+        and ``tracestate`` of the span that creates it) is kept with the task
+        (:attr:`Task.trace_context`), for the spans of its attempts
+        (:mod:`keel.telemetry.tracing`).
 
         Raises:
             IdempotencyConflict: the key is bound to a task with another name, other
                 arguments or other initial input requests.
-            InvalidPayload: arguments not a JSON object; a bad schema, key, ttl, max_attempts.
+            InvalidPayload: arguments not a JSON object; a bad schema, key, ttl, max_attempts
+                or trace context.
             PayloadTooLarge: arguments over the limit.
         """
         ...

@@ -17,7 +17,7 @@ __all__ = ["MUTABLE_COLUMNS", "compact_json", "event_from_row", "task_from_row",
 MUTABLE_COLUMNS = (
     "status", "updated_at", "status_message", "input_requests", "input_responses", "result",
     "error", "attempt", "lease_owner", "lease_expires_at", "fence", "ready_at", "ttl",
-    "closed_fence", "expires_at",
+    "closed_fence", "expires_at", "claimed_at",
 )  # fmt: skip
 """The columns a transition may change; the rest are fixed when the task is created."""
 
@@ -35,6 +35,11 @@ def _encode_column(task: Task, column: str) -> str | None:
         return compact_json(dict(task.input_responses))
     value = getattr(task, column)
     return None if value is None else compact_json(value)
+
+
+def _encode_trace(task: Task) -> str | None:
+    carrier = task.trace_context
+    return None if carrier is None else compact_json(dict(carrier))
 
 
 def event_from_row(row: Mapping[str, Any]) -> Event:
@@ -75,6 +80,7 @@ def task_to_row(
         "ttl": task.ttl,
         "closed_fence": task.closed_fence,
         "expires_at": task.expires_at,
+        "claimed_at": task.claimed_at,
     }
     for column in _JSON_COLUMNS:
         if previous is not None and getattr(task, column) is getattr(previous[0], column):
@@ -91,6 +97,7 @@ def task_to_row(
             idempotency_key=task.idempotency_key,
             max_attempts=task.max_attempts,
             request_digest=task.request_digest,
+            trace_context=_encode_trace(task),
         )
     return row
 
@@ -125,4 +132,6 @@ def task_from_row(row: Mapping[str, Any]) -> Task:
         ttl=row["ttl"],
         closed_fence=row["closed_fence"],
         request_digest=row["request_digest"],
+        trace_context=None if row["trace_context"] is None else json.loads(row["trace_context"]),
+        claimed_at=row["claimed_at"],
     )

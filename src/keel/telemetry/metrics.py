@@ -30,9 +30,6 @@ WAIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
 """Seconds: queue and input waits, attempts (milliseconds to an hour)."""
 COMMIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10)
 BATCH_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 100)
-MAX_OPEN_ATTEMPTS = 100_000
-"""Claims remembered for the attempt-duration histogram (attempts whose outcome another
-process wrote are forgotten, oldest first, past this many)."""
 
 _ENDS_ATTEMPT = {
     "complete": "completed",
@@ -89,7 +86,6 @@ class Metrics:
             "keel_store_commit_seconds", "A store write, called to committed, by method.",
             ["op"], COMMIT_BUCKETS,
         )  # fmt: skip
-        self._claimed: dict[tuple[str, int], float] = {}
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
 
     def _of(self, metric: Any, *labels: str) -> Any:
@@ -127,15 +123,10 @@ class Metrics:
 
     def _claims(self, claimed: list[Task]) -> None:
         self.batch.observe(len(claimed))
-        if len(self._claimed) + len(claimed) > MAX_OPEN_ATTEMPTS:
-            for key in list(self._claimed)[: len(claimed) + MAX_OPEN_ATTEMPTS // 10]:
-                del self._claimed[key]
         for task in claimed:
-            # A claim leaves ready_at alone and sets updated_at to its own time.
-            self._of(self.queue_wait, _tool(task)).observe(
-                max(0.0, task.updated_at - task.ready_at)
-            )
-            self._claimed[(task.task_id, task.fence)] = task.updated_at
+            # A claim leaves ready_at alone and sets claimed_at (and updated_at) to its time.
+            at = task.updated_at if task.claimed_at is None else task.claimed_at
+            self._of(self.queue_wait, _tool(task)).observe(max(0.0, at - task.ready_at))
 
     def _transition(self, what: str, transition: Transition) -> None:
         event, old = transition.event, transition.old
@@ -164,12 +155,14 @@ class Metrics:
             self._of(ended, tool).inc()
 
     def _attempt_end(self, what: str, transition: Transition, tool: str) -> None:
-        """The attempt-duration of an attempt this write ended, if this process claimed it."""
+        """The duration of the attempt this write ended, if it ended one: from the claim
+        time the task carries, so it is observed once, by the process that wrote the end,
+        whichever process claimed it (a task claimed before the store kept claim times,
+        schema 0006/0004, has none and is not observed)."""
         old, new = transition.old, transition.new
         if old is None or old.lease_owner is None or (new is not None and new.lease_owner):
             return
-        started = self._claimed.pop((old.task_id, old.fence), None)
-        if started is not None:
+        if old.claimed_at is not None:
             outcome = _ENDS_ATTEMPT.get(what, "recovered" if what == "recover_expired" else what)
-            seconds = max(0.0, transition.event.at - started)
+            seconds = max(0.0, transition.event.at - old.claimed_at)
             self._of(self.attempt, tool, outcome).observe(seconds)

@@ -24,13 +24,13 @@ INSERT INTO tasks (
     task_id, status, owner, name, arguments, created_at, updated_at, status_message,
     input_requests, input_responses, result, error, idempotency_key, attempt, max_attempts,
     lease_owner, lease_expires_at, fence, ready_at, ttl, closed_fence, expires_at,
-    request_digest
+    request_digest, trace_context, claimed_at
 ) VALUES (
     %(task_id)s, %(status)s, %(owner)s, %(name)s, %(arguments)s, %(created_at)s,
     %(updated_at)s, %(status_message)s, %(input_requests)s, %(input_responses)s, %(result)s,
     %(error)s, %(idempotency_key)s, %(attempt)s, %(max_attempts)s, %(lease_owner)s,
     %(lease_expires_at)s, %(fence)s, %(ready_at)s, %(ttl)s, %(closed_fence)s, %(expires_at)s,
-    %(request_digest)s
+    %(request_digest)s, %(trace_context)s, %(claimed_at)s
 );
 
 -- name: update_tasks
@@ -44,17 +44,18 @@ UPDATE tasks AS t SET
     result = u.result, error = u.error, attempt = u.attempt,
     lease_owner = u.lease_owner, lease_expires_at = u.lease_expires_at, fence = u.fence,
     ready_at = u.ready_at, ttl = u.ttl, closed_fence = u.closed_fence,
-    expires_at = u.expires_at
+    expires_at = u.expires_at, claimed_at = u.claimed_at
 FROM unnest(
     %(task_id)s::text[], %(old_status)s::text[], %(old_fence)s::bigint[],
     %(status)s::text[], %(updated_at)s::float8[], %(status_message)s::text[],
     %(input_requests)s::text[], %(input_responses)s::text[], %(result)s::text[],
     %(error)s::text[], %(attempt)s::integer[], %(lease_owner)s::text[],
     %(lease_expires_at)s::float8[], %(fence)s::bigint[], %(ready_at)s::float8[],
-    %(ttl)s::float8[], %(closed_fence)s::bigint[], %(expires_at)s::float8[]
+    %(ttl)s::float8[], %(closed_fence)s::bigint[], %(expires_at)s::float8[],
+    %(claimed_at)s::float8[]
 ) AS u (task_id, old_status, old_fence, status, updated_at, status_message,
         input_requests, input_responses, result, error, attempt, lease_owner,
-        lease_expires_at, fence, ready_at, ttl, closed_fence, expires_at)
+        lease_expires_at, fence, ready_at, ttl, closed_fence, expires_at, claimed_at)
 WHERE t.task_id = u.task_id AND t.status = u.old_status AND t.fence = u.old_fence;
 
 -- name: insert_events
@@ -84,7 +85,8 @@ WITH picked AS MATERIALIZED (
     SET lease_owner = %(worker)s,
         lease_expires_at = %(now)s + %(lease)s,
         fence = t.fence + 1,
-        updated_at = %(now)s
+        updated_at = %(now)s,
+        claimed_at = %(now)s
     WHERE t.task_id IN (SELECT task_id FROM picked)
     RETURNING t.*
 ), logged AS (

@@ -41,7 +41,7 @@ _ABSENT = object()
 Mark = tuple[int, dict[str, Task | None], dict[str, tuple[Task, Task]], int]
 
 
-_FLOAT_COLUMNS = ("updated_at", "lease_expires_at", "ready_at", "ttl", "expires_at")
+_FLOAT_COLUMNS = ("updated_at", "lease_expires_at", "ready_at", "ttl", "expires_at", "claimed_at")
 
 
 def _columns(rows: Sequence[dict[str, Any]], floats: Sequence[str]) -> dict[str, list[Any]]:

@@ -14,12 +14,12 @@ INSERT INTO tasks (
     task_id, status, owner, name, arguments, created_at, updated_at, status_message,
     input_requests, input_responses, result, error, idempotency_key, attempt, max_attempts,
     lease_owner, lease_expires_at, fence, ready_at, ttl, closed_fence, expires_at,
-    request_digest
+    request_digest, trace_context, claimed_at
 ) VALUES (
     :task_id, :status, :owner, :name, :arguments, :created_at, :updated_at, :status_message,
     :input_requests, :input_responses, :result, :error, :idempotency_key, :attempt,
     :max_attempts, :lease_owner, :lease_expires_at, :fence, :ready_at, :ttl, :closed_fence,
-    :expires_at, :request_digest
+    :expires_at, :request_digest, :trace_context, :claimed_at
 );
 
 -- name: update_task
