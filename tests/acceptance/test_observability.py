@@ -275,13 +275,9 @@ async def test_readyz_fails_while_the_store_is_down_and_recovers(
     front.start()
     try:
         await front.ready()
-        with anyio.fail_after(WAIT):
-            while worker.base is None:
-                assert worker.alive, worker.output()
-                await anyio.sleep(0.05)
-        bases = [front.base, worker.base]
+        bases = [front.base, await started(worker)]
         await readiness_becomes(bases, 200, WAIT)
-        code, body = await probe(worker.base, "/readyz")
+        code, body = await probe(bases[1], "/readyz")
         assert body["workers"] == 1
         assert body["schema_version"] >= 1
         cluster.stop("fast")
@@ -295,6 +291,56 @@ async def test_readyz_fails_while_the_store_is_down_and_recovers(
     finally:
         assert worker.stop() == 0, worker.output()
         assert front.stop() == 0
+
+
+async def started(worker: Worker) -> str:
+    """The worker's metrics address, once it said where it listens."""
+    with anyio.fail_after(WAIT):
+        while worker.base is None:
+            assert worker.alive, worker.output()
+            await anyio.sleep(0.05)
+    return worker.base
+
+
+async def test_an_attempt_is_timed_once_by_the_process_that_ends_it(
+    tmp_path: Path, store: str
+) -> None:
+    """A front end without workers and a worker on one store: the worker claims echo
+    and hold; it ends echo itself, while hold's end is the front end's cancel. Each
+    attempt's duration is observed exactly once, in the process that wrote its end,
+    although only the worker claimed (its /metrics and the front end's, both parsed)."""
+    front = Serve(tmp_path, store, "--no-worker")
+    worker = Worker(store, tmp_path)
+    front.start()
+    try:
+        await front.ready()
+        base = await started(worker)
+        async with Client(front.url, extensions=[Tasks()]) as client:
+            echo = await client.session.call_tool("echo", {"text": "t"}, allow_claimed=True)
+            hold = await client.session.call_tool("hold", {}, allow_claimed=True)
+            await until(front.url, echo.task_id, "completed")
+            await metrics_when(base, "keel_attempts_running", 1)  # hold is running
+            await cancel_task(client, hold.task_id)
+            await until(front.url, hold.task_id, "cancelled")
+        name = "keel_attempt_duration_seconds_count"
+        at_worker = await metrics_when(base, name, 1, tool="echo", outcome="completed")
+        at_front = await metrics_when(front.base, name, 1, tool="hold", outcome="cancelled")
+    finally:
+        assert worker.stop() == 0, worker.output()
+        assert front.stop() == 0
+    counts = {
+        (where, tool, outcome): sample(samples, name, tool=tool, outcome=outcome)
+        for where, samples in (("worker", at_worker), ("front", at_front))
+        for tool, outcome in (("echo", "completed"), ("hold", "cancelled"))
+    }
+    assert counts == {
+        ("worker", "echo", "completed"): 1,
+        ("worker", "hold", "cancelled"): 0,
+        ("front", "echo", "completed"): 0,
+        ("front", "hold", "cancelled"): 1,
+    }
+    assert sample(at_worker, "keel_claim_batch_size_sum") == 2
+    assert sample(at_front, "keel_claim_batch_size_count") == 0
 
 
 def test_a_taken_metrics_port_is_one_error_line(tmp_path: Path) -> None:
