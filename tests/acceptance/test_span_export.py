@@ -3,14 +3,15 @@ whole trace across a SIGKILL.
 
 A ``keel serve --no-worker`` front end and ``keel worker`` processes on one store
 (a SQLite file, or a PostgreSQL schema) each export their spans to a file of their own
-(``$KEEL_OTEL_FILE``, OTLP/JSON lines).
+(``$KEEL_OTEL_FILE``, OTLP/JSON lines), rotated every few spans
+(``$KEEL_OTEL_FILE_MAX_BYTES``).
 A client calls the Bridge's diagnosis as a task; it asks which service (input_required);
 the worker that ran it is SIGKILLed, a new worker starts, the client answers, and the
 diagnosis completes. Read back from every file: the task's spans share one trace, whose
 root is the front end's ``tools/call`` span; every exported span's parent was exported
 too; each attempt (each claim) has its span, in the process that ran it; the step done
 before the question is replayed by the new worker; the polls of the task are in its
-trace.
+trace. Every process's file rotated, and its rotated files are read back too.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from acceptance.test_worker_cli import keel_worker
 from keel.cli.demo import DEMO_INCIDENT, DEMO_SERVICE
 from keel.mcp.client import Created, accept, update_task
 from keel.mcp.client import TasksClientExtension as Tasks
+from keel.telemetry.span_file import span_files
 from keel_serve import KeelServe
 from postgres.pg import drop_schema, new_schema, require_postgres, store_url
 
@@ -38,6 +40,7 @@ from .apps.harness import APPS, WorkerProcess, fleet, worker_env
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 TOOL = "diagnose_root_cause"
+ROTATE_BYTES = 1024  # about one span a file
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -67,13 +70,19 @@ def environment(tmp_path: Path) -> dict[str, str]:
         "KEEL_BRIDGE_DATA": str(tmp_path / "bridge"),
         "KEEL_BRIDGE_PACE": "fast",
         "PYTHONUNBUFFERED": "1",
+        # Span files rotate every few spans, none dropped: the trace must be read back
+        # whole from files rotated away, the one a SIGKILL left included.
+        "KEEL_OTEL_FILE_MAX_BYTES": str(ROTATE_BYTES),
+        "KEEL_OTEL_FILE_BACKUPS": "10000",
     }
 
 
 def read_spans(path: Path) -> list[dict[str, Any]]:
-    """Every span in an OTLP/JSON lines file, each with its service and plain attributes."""
+    """Every span a process wrote to ``path`` (OTLP/JSON lines), its rotated files
+    included, each with its service, plain attributes and ``file`` (``path``'s name)."""
     spans = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    lines = [line for part in span_files(path) for line in part.read_text("utf-8").splitlines()]
+    for line in lines:
         for resource in json.loads(line)["resourceSpans"]:
             service = next(
                 a["value"]["stringValue"]
@@ -146,6 +155,8 @@ async def test_a_diagnosis_killed_while_it_asks_is_one_whole_trace(
     finally:
         assert server.stop() == 0, server.output()
 
+    rotated = {name: len(span_files(path)) - 1 for name, path in files.items()}
+    assert all(n >= 1 for n in rotated.values()), rotated
     spans = [span for path in files.values() for span in read_spans(path)]
     ids = {span["spanId"] for span in spans}
     orphans = [s for s in spans if s.get("parentSpanId") and s["parentSpanId"] not in ids]

@@ -2,7 +2,7 @@
 
 The ``mcp`` SDK opens a span for every request (``tools/call NAME`` …). When a task is
 created inside a recorded span, the span's context (W3C ``traceparent``/``tracestate``)
-is stored with the task, in the same transaction (:data:`keel.store.base.TRACE_STEP`).
+is stored with the task, in the same transaction (:attr:`keel.model.Task.trace_context`).
 Every attempt, whichever process runs it, is then a span parented to that stored
 context, and so is every ``ctx.step``: a step's span does not hang below its attempt's,
 because a process killed mid-attempt never exports the attempt's open span, and a child
@@ -45,6 +45,7 @@ __all__ = [
     "configure_from_environment",
     "current_carrier",
     "enabled",
+    "file_rotation",
     "parent_of",
     "step_span",
     "use_tracer_provider",
@@ -55,6 +56,8 @@ log = logging.getLogger("keel.telemetry")
 TRACER = "keel"
 _PROPAGATOR = TraceContextTextMapPropagator()
 FILE_ENV = "KEEL_OTEL_FILE"  # export spans to this file as OTLP/JSON lines
+FILE_MAX_BYTES_ENV = "KEEL_OTEL_FILE_MAX_BYTES"  # rotate it past this size (0: never)
+FILE_BACKUPS_ENV = "KEEL_OTEL_FILE_BACKUPS"  # rotated files kept beside it
 _provider: TracerProvider | None = None
 
 
@@ -156,23 +159,45 @@ def step_span(
         yield span
 
 
+def file_rotation() -> dict[str, int]:
+    """The span file's rotation, from ``KEEL_OTEL_FILE_MAX_BYTES`` and
+    ``KEEL_OTEL_FILE_BACKUPS`` (unset: :mod:`keel.telemetry.span_file`'s defaults), as
+    :class:`~keel.telemetry.span_file.FileSpanExporter`'s keyword arguments.
+
+    Raises:
+        ConfigurationError: a value that is not a whole number >= 0.
+    """
+    settings = {}
+    for name, option in ((FILE_MAX_BYTES_ENV, "max_bytes"), (FILE_BACKUPS_ENV, "backups")):
+        text = os.environ.get(name, "").strip()
+        if not text:
+            continue
+        if not (text.isascii() and text.isdigit()):  # no sign, no "1e6", no "1_000"
+            raise ConfigurationError(f"{name}={text!r}: expected a whole number >= 0")
+        settings[option] = int(text)
+    return settings
+
+
 def configure_from_environment(service: str) -> bool:
     """Export spans when asked, with the ``[otel]`` extra installed: by OTLP/HTTP when
     OpenTelemetry's standard variables say where (``OTEL_EXPORTER_OTLP_ENDPOINT`` or
     ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``; a batch processor), and to a file as OTLP/JSON
-    lines when ``KEEL_OTEL_FILE`` names one (each span as it ends, see
+    lines when ``KEEL_OTEL_FILE`` names one (each span as it ends, rotated by size:
+    ``KEEL_OTEL_FILE_MAX_BYTES``, ``KEEL_OTEL_FILE_BACKUPS``, see
     :mod:`keel.telemetry.span_file`); both if both are set. Service name
     ``OTEL_SERVICE_NAME``, else ``service``. What ``keel serve`` and ``keel worker`` call;
     True if spans are now exported.
 
     Raises:
-        ConfigurationError: ``KEEL_OTEL_FILE`` names a file that cannot be opened.
+        ConfigurationError: ``KEEL_OTEL_FILE`` names a file that cannot be opened, or
+            a rotation setting is not a whole number >= 0.
     """
     otlp = any(os.environ.get(v) for v in ("OTEL_EXPORTER_OTLP_ENDPOINT",
                                            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))  # fmt: skip
     file = os.environ.get(FILE_ENV)
     if not otlp and not file:
         return False
+    rotation = file_rotation() if file else {}
     try:
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider as SdkProvider
@@ -193,7 +218,7 @@ def configure_from_environment(service: str) -> bool:
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     if file:
         try:
-            exporter = FileSpanExporter(file)
+            exporter = FileSpanExporter(file, **rotation)
         except OSError as exc:
             raise ConfigurationError(f"{FILE_ENV}={file}: cannot write spans there: {exc}") from exc
         provider.add_span_processor(SimpleSpanProcessor(exporter))
