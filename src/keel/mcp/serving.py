@@ -131,6 +131,7 @@ def app_server(
     lifespan = keel_lifespan(app, concurrency=concurrency, run_workers=run_workers)
     if telemetry is not None:
         lifespan = telemetry.lifespan(lifespan)
+        telemetry.stream_counts.append(lambda: push.streams)
     lifespan = push.lifespan(lifespan)
     server: MCPServer[Any] = MCPServer(
         name,

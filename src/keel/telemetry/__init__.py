@@ -52,6 +52,9 @@ class Telemetry:
         self.observers: list[CommitObserver] = [self.metrics, TransitionLog()]
         self.store: TxStore | None = None
         self.health: Health | None = None
+        self.stream_counts: list[Callable[[], int]] = []
+        """Readers of this process's open notification streams (the MCP layer adds its
+        servers' :attr:`keel.mcp.push.TaskPush.streams`): ``keel_notification_streams``."""
         self._gauges()
 
     def _gauges(self) -> None:
@@ -72,6 +75,11 @@ class Telemetry:
             "keel_change_feed_listeners",
             "Open listeners of the store's change feed (notification streams).",
             lambda: 0 if self.store is None else self.store.change_hub.listeners,
+        )
+        gauge(
+            "keel_notification_streams",
+            "Open notification streams (subscriptions/listen) this process serves.",
+            lambda: sum(read() for read in self.stream_counts),
         )
 
     def _store_up(self) -> float:
