@@ -98,6 +98,15 @@ async def test_one_trace_per_task_across_a_restart_and_input(
     ]  # fmt: skip
     assert {attributes(s)["mcp.task.id"] for s in attempts} == {task.task_id}
     assert {attributes(s)["mcp.task.worker"] for s in attempts} == {"w1"}
+    messaging = {k: v for k, v in attributes(attempts[0]).items() if k.startswith("messaging.")}
+    assert messaging == {
+        "messaging.system": "keel",
+        "messaging.operation.type": "process",
+        "messaging.operation.name": "attempt",
+        "messaging.destination.name": "diagnose",
+        "messaging.message.id": task.task_id,
+        "messaging.client.id": "w1",
+    }
     assert [attributes(s)["mcp.task.fence"] for s in attempts] == [1, 2, 3]
     assert [e.name for e in attempts[1].events] == ["mcp.task.input_requested"]
     assert [e.name for e in attempts[2].events] == ["mcp.task.input_received"]

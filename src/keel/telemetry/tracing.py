@@ -10,7 +10,8 @@ whose parent is missing breaks the trace. So the trace of a task is the ``tools/
 span with, below it, each attempt and each step, in any process:
 
 * ``keel.attempt NAME`` (kind CONSUMER): ``mcp.task.id``, ``mcp.task.attempt``,
-  ``mcp.task.fence``, ``mcp.task.worker``, ``gen_ai.tool.name``, and how it ended:
+  ``mcp.task.fence``, ``mcp.task.worker``, ``gen_ai.tool.name``, the messaging
+  conventions' ``messaging.*`` (the task a message, its tool the destination), and how it ended:
   ``mcp.task.outcome`` and ``mcp.task.status`` (the status it left the task in). Events
   ``mcp.task.input_requested`` (the attempt parks) and ``mcp.task.input_received`` (an
   attempt resumes with answers): the input wait is between the two;
@@ -112,6 +113,19 @@ def _task_attributes(task: Task, worker: str) -> dict[str, Any]:
     }
 
 
+def _messaging(task: Task, worker: str) -> dict[str, Any]:
+    """An attempt is a consumer processing a message, in OpenTelemetry's messaging
+    semantic conventions: the task is the message, its tool the destination."""
+    return {
+        "messaging.system": "keel",
+        "messaging.operation.type": "process",
+        "messaging.operation.name": "attempt",
+        "messaging.destination.name": task.name or "",
+        "messaging.message.id": task.task_id,
+        "messaging.client.id": worker,
+    }
+
+
 @contextmanager
 def attempt_span(task: Task, worker: str, parent: Context | None) -> Iterator[Span]:
     """The span of one attempt of ``task`` (see the module doc); an error escaping it is
@@ -123,7 +137,7 @@ def attempt_span(task: Task, worker: str, parent: Context | None) -> Iterator[Sp
         f"keel.attempt {task.name or ''}".strip(),
         context=parent,
         kind=SpanKind.CONSUMER,
-        attributes=_task_attributes(task, worker),
+        attributes={**_task_attributes(task, worker), **_messaging(task, worker)},
     ) as span:
         if task.input_responses and span.is_recording():
             span.add_event(
