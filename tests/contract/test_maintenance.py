@@ -444,7 +444,8 @@ def _task(task_id: str, clock, **changes) -> Task:
 
 
 async def test_import_stores_tasks_as_they_are(store, clock):
-    """import_tasks stores whole tasks verbatim, with one "imported" event each."""
+    """import_tasks stores whole tasks verbatim (trace context and claim time included),
+    with one "imported" event each."""
     tasks = [
         _task("t-working", clock),
         _task(
@@ -454,7 +455,14 @@ async def test_import_stores_tasks_as_they_are(store, clock):
             input_requests={"input": ask()},
             idempotency_key="incident-1",
         ),
-        _task("t-done", clock, status=Status.COMPLETED, result={"summary": "ok"}),
+        _task(
+            "t-done",
+            clock,
+            status=Status.COMPLETED,
+            result={"summary": "ok"},
+            trace_context={"traceparent": f"00-{'1' * 32}-{'2' * 16}-01"},
+            claimed_at=clock.now - 60,
+        ),
     ]
     await store.import_tasks(tasks, actor="cli")
     for task in tasks:
