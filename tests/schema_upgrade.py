@@ -50,12 +50,22 @@ class OldStore:
             ("t-leased", CLAIMED_AT, "working", "working", "claimed by w1", "worker:w1"),
         ]
 
-    def insert_task_sql(self, placeholder: str) -> str:
-        """The INSERT of a task row of the old schema, each value as ``placeholder``
-        formats its column name (``:{}`` for SQLite, ``%({})s`` for psycopg)."""
+    def fill(self, cursor: Any, named: str, positional: str) -> None:
+        """Insert the rows with ``cursor`` (a sqlite3 connection, a psycopg cursor):
+        ``named`` formats a column's named parameter (``:{}``, ``%({})s``), and
+        ``positional`` is the driver's positional one (``?``, ``%s``)."""
         columns = list(self.tasks[0])
-        values = ", ".join(placeholder.format(c) for c in columns)
-        return f"INSERT INTO tasks ({', '.join(columns)}) VALUES ({values})"
+        values = ", ".join(named.format(c) for c in columns)
+        insert = f"INSERT INTO tasks ({', '.join(columns)}) VALUES ({values})"
+        cursor.executemany(insert, self.tasks)
+        marks = ", ".join([positional] * 4)
+        cursor.executemany(f"INSERT INTO task_steps VALUES ({marks})", self.steps)
+        marks = ", ".join([positional] * 6)
+        cursor.executemany(
+            "INSERT INTO task_events (task_id, at, from_status, to_status, reason, actor)"
+            f" VALUES ({marks})",
+            self.events,
+        )
 
 
 async def check_upgraded(store: Store) -> None:

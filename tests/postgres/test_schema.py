@@ -140,13 +140,7 @@ async def test_a_store_of_schema_3_keeps_its_traces_after_the_upgrade(schema, op
                 "INSERT INTO keel_schema VALUES (%s, %s, 0)", (migration.version, migration.name)
             )
         with conn.cursor() as cur:
-            cur.executemany(old.insert_task_sql("%({})s"), old.tasks)
-            cur.executemany("INSERT INTO task_steps VALUES (%s, %s, %s, %s)", old.steps)
-            cur.executemany(
-                "INSERT INTO task_events (task_id, at, from_status, to_status, reason, actor)"
-                " VALUES (%s, %s, %s, %s, %s, %s)",
-                old.events,
-            )
+            old.fill(cur, "%({})s", "%s")
     store = open_pg()
     assert store.schema_version == SCHEMA_VERSION
     await check_upgraded(store)

@@ -101,13 +101,7 @@ async def test_a_store_of_schema_5_keeps_its_traces_after_the_upgrade(tmp_path):
             conn.execute(
                 "INSERT INTO keel_schema VALUES (?, ?, 0)", (migration.version, migration.name)
             )
-        conn.executemany(old.insert_task_sql(":{}"), old.tasks)
-        conn.executemany("INSERT INTO task_steps VALUES (?, ?, ?, ?)", old.steps)
-        conn.executemany(
-            "INSERT INTO task_events (task_id, at, from_status, to_status, reason, actor)"
-            " VALUES (?, ?, ?, ?, ?, ?)",
-            old.events,
-        )
+        old.fill(conn, ":{}", "?")
     store = SqliteStore(path)
     try:
         assert store.schema_version == SCHEMA_VERSION
