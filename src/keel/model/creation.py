@@ -204,7 +204,7 @@ def check_trace_context(carrier: object) -> dict[str, str] | None:
     if not isinstance(carrier, Mapping) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in carrier.items()
     ):
-        raise InvalidPayload(f"a trace context must be an object of strings, not {carrier!r}")
+        raise InvalidPayload(f"a trace context must be an object of strings, not {carrier!r:.80}")
     if not carrier:
         return None
     _, copy = normalize(dict(carrier), "trace context", MAX_TRACE_CONTEXT_BYTES)
