@@ -126,6 +126,23 @@ async def test_the_task_page_shows_history_steps_arguments_and_the_answer_form(
     assert "No task has the id nope" in missing.all_text
 
 
+async def test_the_task_page_shows_its_trace_and_last_claim(
+    client: httpx.AsyncClient, store: SqliteStore
+) -> None:
+    """A task created in a span names its traceparent (to find the trace), and a claimed
+    one when it was last claimed; one created outside any span, neither."""
+    traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    traced = await store.create(name="job", trace_context={"traceparent": traceparent})
+    await store.claim(["job"], worker="w1", lease_seconds=30)
+    plain = await store.create(name="other")
+    text = (await _page(client, f"/ops/tasks/{traced.task_id}")).all_text
+    assert traceparent in text
+    assert "last claimed" in text
+    text = (await _page(client, f"/ops/tasks/{plain.task_id}")).all_text
+    assert "trace" not in text
+    assert "last claimed" not in text
+
+
 async def _submit(
     client: httpx.AsyncClient, page: Page, button: str, **values: str
 ) -> httpx.Response:
