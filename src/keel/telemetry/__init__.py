@@ -21,7 +21,7 @@ import anyio
 from keel.store.base import TxStore
 from keel.store.observed import CommitObserver, Observers
 from keel.telemetry.health import Health, Readiness, running_workers
-from keel.telemetry.logs import TransitionLog
+from keel.telemetry.logs import TransitionLog, payloads_asked
 from keel.telemetry.metrics import Metrics
 
 __all__ = ["COUNTS_WAIT", "OFF_VAR", "Telemetry"]
@@ -49,7 +49,10 @@ class Telemetry:
     def __init__(self, *, expect_workers: bool = False) -> None:
         self.metrics = Metrics()
         self.expect_workers = expect_workers
-        self.observers: list[CommitObserver] = [self.metrics, TransitionLog()]
+        self.observers: list[CommitObserver] = [
+            self.metrics,
+            TransitionLog(payloads=payloads_asked()),
+        ]
         self.store: TxStore | None = None
         self.health: Health | None = None
         self.stream_counts: list[Callable[[], int]] = []

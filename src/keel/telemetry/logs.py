@@ -3,9 +3,10 @@
 :class:`TransitionLog` is a :class:`~keel.store.observed.CommitObserver`: each history
 entry a write of this process committed is logged once, on the ``keel.tasks`` logger at
 INFO, with the task id, tool, attempt, worker and a hash of the principal (the task's
-owner): never an argument, an input, a result or an error message, which may hold what
-users typed. :func:`configure` sets up the process's logging in the chosen format
-(``--log-format text|json`` of ``keel serve`` and ``keel worker``).
+owner): never an argument, an input, a result or an error, which may hold what users
+typed, unless asked for (``KEEL_LOG_PAYLOADS=on``, :func:`payloads_asked`).
+:func:`configure` sets up the process's logging in the chosen format (``--log-format
+text|json`` of ``keel serve`` and ``keel worker``).
 """
 
 from __future__ import annotations
@@ -13,18 +14,37 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import sys
 import time
 from typing import Any
 
-from keel.model import Task
+from keel.errors import ConfigurationError
+from keel.model import Status, Task
 from keel.store.observed import Committed, Transition
 
-__all__ = ["FORMATS", "JsonFormatter", "TransitionLog", "configure", "principal_hash"]
+__all__ = [
+    "FORMATS",
+    "PAYLOADS_VAR",
+    "JsonFormatter",
+    "TransitionLog",
+    "configure",
+    "payloads_asked",
+    "principal_hash",
+]
 
 FORMATS = ("text", "json")
-FIELDS = ("task_id", "tool", "from_status", "to_status", "attempt", "worker", "principal", "op")
+PAYLOAD_FIELDS = ("arguments", "input", "result", "error")
+"""What users typed: in a transition's record only when asked for (:data:`PAYLOADS_VAR`)."""
+FIELDS = ("task_id", "tool", "from_status", "to_status", "attempt", "worker", "principal",
+          "op", *PAYLOAD_FIELDS)  # fmt: skip
 """The fields of a transition's log record (``extra``), in the order text shows them."""
+PAYLOADS_VAR = "KEEL_LOG_PAYLOADS"
+"""``KEEL_LOG_PAYLOADS=on``: transition lines also carry the arguments (create), the
+answers (provide_input), the result and the error, as JSON cut at
+:data:`MAX_PAYLOAD_CHARS`: for debugging, where the logs may hold what users typed."""
+MAX_PAYLOAD_CHARS = 2000
+_ON, _OFF = {"1", "on", "true", "yes"}, {"", "0", "off", "false", "no"}
 
 log = logging.getLogger("keel.tasks")
 
@@ -46,8 +66,49 @@ def _worker(transition: Transition, what: str) -> str:
     return actor.removeprefix("worker:") if actor.startswith("worker:") else f"({actor})"
 
 
+def payloads_asked() -> bool:
+    """Whether ``KEEL_LOG_PAYLOADS`` asks for payloads in transition lines.
+
+    Raises:
+        ConfigurationError: a value other than on/off (``1``/``0``, ``true``/``false``,
+            ``yes``/``no``).
+    """
+    text = os.environ.get(PAYLOADS_VAR, "").strip().lower()
+    if text not in _ON | _OFF:
+        raise ConfigurationError(f"{PAYLOADS_VAR}={text!r}: expected on or off")
+    return text in _ON
+
+
+def _json(value: object) -> str:
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return text if len(text) <= MAX_PAYLOAD_CHARS else text[:MAX_PAYLOAD_CHARS] + "…"
+
+
+def _payloads(transition: Transition) -> dict[str, str]:
+    """What users typed that ``transition`` brought, as cut JSON (see :data:`PAYLOADS_VAR`)."""
+    old, new = transition.old, transition.new
+    if new is None:
+        return {}
+    out = {}
+    if old is None:
+        out["arguments"] = _json(new.arguments)
+    given = {k: v for k, v in new.input_responses.items()
+             if old is None or k not in old.input_responses}  # fmt: skip
+    if given:
+        out["input"] = _json(given)
+    if new.status is Status.COMPLETED:
+        out["result"] = _json(new.result)
+    elif new.status is Status.FAILED:
+        out["error"] = _json(new.error)
+    return out
+
+
 class TransitionLog:
-    """Logs every transition a store committed (see the module doc)."""
+    """Logs every transition a store committed (see the module doc); with ``payloads``,
+    what users typed too (:data:`PAYLOADS_VAR`)."""
+
+    def __init__(self, *, payloads: bool = False) -> None:
+        self.payloads = payloads
 
     def committed(self, commit: Committed) -> None:
         if not log.isEnabledFor(logging.INFO):
@@ -62,11 +123,15 @@ class TransitionLog:
                 continue
             event = transition.event
             before = "-" if event.from_status is None else event.from_status.value
+            payloads = _payloads(transition) if self.payloads else None
             self._emit(task, before, event.to_status.value, _worker(transition, commit.what),
-                       commit.what)  # fmt: skip
+                       commit.what, payloads=payloads)  # fmt: skip
 
-    def _emit(self, task: Task, before: str, after: str, worker: str, what: str) -> None:
-        fields = {
+    def _emit(
+        self, task: Task, before: str, after: str, worker: str, what: str, *,
+        payloads: dict[str, str] | None = None,
+    ) -> None:  # fmt: skip
+        fields: dict[str, Any] = {
             "task_id": task.task_id,
             "tool": task.name or "",
             "from_status": before,
@@ -75,6 +140,7 @@ class TransitionLog:
             "worker": worker,
             "principal": principal_hash(task.owner),
             "op": what,
+            **(payloads or {}),
         }
         log.info("task %s %s: %s -> %s", task.task_id, what, before, after, extra=fields)
 
