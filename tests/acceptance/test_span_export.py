@@ -3,7 +3,7 @@ whole trace across a SIGKILL.
 
 A ``keel serve --no-worker`` front end and ``keel worker`` processes on one store
 (a SQLite file, or a PostgreSQL schema) each export their spans to a file of their own
-(``$KEEL_OTEL_FILE``, OTLP/JSON lines), rotated every few spans
+(``$KEEL_OTEL_FILE``, OTLP/JSON lines), rotated at every span
 (``$KEEL_OTEL_FILE_MAX_BYTES``).
 A client calls the Bridge's diagnosis as a task; it asks which service (input_required);
 the worker that ran it is SIGKILLed, a new worker starts, the client answers, and the
@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from mcp import Client
 
@@ -40,7 +41,8 @@ from .apps.harness import APPS, WorkerProcess, fleet, worker_env
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 TOOL = "diagnose_root_cause"
-ROTATE_BYTES = 1024  # about one span a file
+WAIT = 30.0  # seconds for a span to reach its file
+ROTATE_BYTES = 1  # every span after the first rotates the file: one span a file
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -70,7 +72,7 @@ def environment(tmp_path: Path) -> dict[str, str]:
         "KEEL_BRIDGE_DATA": str(tmp_path / "bridge"),
         "KEEL_BRIDGE_PACE": "fast",
         "PYTHONUNBUFFERED": "1",
-        # Span files rotate every few spans, none dropped: the trace must be read back
+        # Span files rotate at every span, none dropped: the trace must be read back
         # whole from files rotated away, the one a SIGKILL left included.
         "KEEL_OTEL_FILE_MAX_BYTES": str(ROTATE_BYTES),
         "KEEL_OTEL_FILE_BACKUPS": "10000",
@@ -79,9 +81,14 @@ def environment(tmp_path: Path) -> dict[str, str]:
 
 def read_spans(path: Path) -> list[dict[str, Any]]:
     """Every span a process wrote to ``path`` (OTLP/JSON lines), its rotated files
-    included, each with its service, plain attributes and ``file`` (``path``'s name)."""
+    included, each with its service, plain attributes and ``file`` (``path``'s name). A
+    line still being written (no newline yet) is not read."""
     spans = []
-    lines = [line for part in span_files(path) for line in part.read_text("utf-8").splitlines()]
+    lines = [
+        line
+        for part in span_files(path)
+        for line in part.read_text("utf-8").split("\n")[:-1]  # whole lines only
+    ]
     for line in lines:
         for resource in json.loads(line)["resourceSpans"]:
             service = next(
@@ -137,6 +144,14 @@ async def test_a_diagnosis_killed_while_it_asks_is_one_whole_trace(
             task_id = created.task_id
             waiting = await until(server.url, task_id, "input_required")
             [key] = waiting["inputRequests"]
+            # The attempt records its question, then its span ends: SIGKILL only once the
+            # span is on disk (a span still open at a kill is lost, and nothing depends on
+            # it; this test checks that each attempt's span, once exported, is in place).
+            with anyio.fail_after(WAIT):
+                while True:
+                    if any(s["name"] == f"keel.attempt {TOOL}" for s in read_spans(files["old"])):
+                        break
+                    await anyio.sleep(0.02)
 
             assert old.kill() == -signal.SIGKILL, old.output()
             new = WorkerProcess(
@@ -156,7 +171,8 @@ async def test_a_diagnosis_killed_while_it_asks_is_one_whole_trace(
         assert server.stop() == 0, server.output()
 
     rotated = {name: len(span_files(path)) - 1 for name, path in files.items()}
-    assert all(n >= 1 for n in rotated.values()), rotated
+    names = {name: [s["name"] for s in read_spans(path)] for name, path in files.items()}
+    assert all(n >= 1 for n in rotated.values()), (rotated, names)
     spans = [span for path in files.values() for span in read_spans(path)]
     ids = {span["spanId"] for span in spans}
     orphans = [s for s in spans if s.get("parentSpanId") and s["parentSpanId"] not in ids]
