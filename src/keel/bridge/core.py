@@ -141,7 +141,11 @@ def prepare(
         report: IngestReport | None = None
         if current != fingerprint(files):
             log(f"indexing {len(files)} trace files into {index_path} …")
-            report = build_index(files, index_path, read=source.read, progress=progress)
+            # OtlpJsonTraces reads with read_spans, build_index's default: the reader its
+            # worker processes run (settings.ingest_processes of them).
+            report = build_index(
+                files, index_path, progress=progress, processes=settings.ingest_processes
+            )
             dropped = f"; {report.duplicates:,} duplicate spans dropped" * bool(report.duplicates)
             log(
                 f"indexed {report.spans:,} spans in {report.seconds:.1f}s "

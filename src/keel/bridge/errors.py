@@ -4,6 +4,7 @@ CLI prints them as one line and exit code 1)::
     KeelError
     └── BridgeError            anything the Bridge refuses
         ├── MalformedSource    a data file that cannot be read: names the file and line
+        ├── IngestWorkerFailed a worker process of a parallel ingest died or failed
         ├── UnknownIncident    no incident has this id
         ├── UnknownService     no span in the index names this service
         └── BadQuery           a tool argument that cannot be used (a bad time range …)
@@ -18,7 +19,14 @@ from pathlib import Path
 
 from keel.errors import KeelError
 
-__all__ = ["BadQuery", "BridgeError", "MalformedSource", "UnknownIncident", "UnknownService"]
+__all__ = [
+    "BadQuery",
+    "BridgeError",
+    "IngestWorkerFailed",
+    "MalformedSource",
+    "UnknownIncident",
+    "UnknownService",
+]
 
 
 class BridgeError(KeelError):
@@ -40,6 +48,13 @@ class MalformedSource(BridgeError, ValueError):
         self.path = Path(path)
         self.line = line
         self.reason = reason
+
+
+class IngestWorkerFailed(BridgeError, RuntimeError):
+    """A worker process of a parallel ingest died (killed, out of memory …) or failed
+    (what it raised is in the message). The ingest stopped at once, its other workers
+    with it, and the index is left as it was. (A malformed trace file is not this: it is
+    :class:`MalformedSource`, however many processes read the files.)"""
 
 
 class UnknownIncident(BridgeError, LookupError):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -24,10 +25,11 @@ from typing import Protocol
 
 from keel.bridge.errors import BridgeError, MalformedSource
 from keel.bridge.evidence import ScopedSpan
+from keel.bridge.loading import SQL, Names, Stats, accumulate, merge, open_for_load
 from keel.bridge.otlp import OUTGOING, Row, read_spans
+from keel.bridge.parallel import RANGE_BYTES, Part, default_processes, read_in_workers
 from keel.bridge.records import NS_PER_MINUTE, Span
-from keel.errors import StoreError
-from keel.store import load_queries
+from keel.errors import ConfigurationError, StoreError
 
 __all__ = [
     "INDEX_FORMAT",
@@ -41,7 +43,7 @@ __all__ = [
 
 MAX_SPANS = 300_000  # spans in a diagnosis's windows above which traces are sampled
 INDEX_FORMAT = "3"  # bump when the schema changes: an older index is rebuilt
-_SQL = load_queries("keel.bridge", "index.sql")
+_SQL = SQL
 
 
 Reader = Callable[[Path, Callable[[int], object] | None], Iterable[list[Row]]]
@@ -100,31 +102,7 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
-def _accumulate(
-    stats: dict[tuple[str, int], list[int]], names: dict[tuple[str, str], int], rows: list[Row]
-) -> None:
-    """Add spans to the per-service per-minute aggregates [spans, errors, sum, max]; a
-    service's client and producer spans time its callees, and are left out (their
-    callee's two names, if they give two, are counted in ``names``)."""
-    for row in rows:
-        if row[8] in OUTGOING:
-            if row[10] is not None and row[9] is not None:
-                pair = (row[10], row[9])
-                names[pair] = names.get(pair, 0) + 1
-            continue
-        key = (row[3], row[5] // NS_PER_MINUTE)
-        duration = row[6] - row[5]
-        agg = stats.get(key)
-        if agg is None:
-            stats[key] = [1, row[7], duration, duration]
-        else:
-            agg[0] += 1
-            agg[1] += row[7]
-            agg[2] += duration
-            agg[3] = max(agg[3], duration)
-
-
-def _drop_duplicates(conn: sqlite3.Connection, stats: dict[tuple[str, int], list[int]]) -> int:
+def _drop_duplicates(conn: sqlite3.Connection, stats: Stats) -> int:
     """Delete the second and later copies of each (trace_id, span_id) and recount the
     minutes they were counted in; returns how many were dropped."""
     dropped = conn.execute(_SQL["duplicate_spans"]).fetchall()
@@ -143,63 +121,100 @@ def _drop_duplicates(conn: sqlite3.Connection, stats: dict[tuple[str, int], list
 
 class _Ingest:
     """One ingest's state: the connection to the new file, the per-minute aggregates, the
-    counts, and who is told how it goes."""
+    counts, and who is told how it goes. Spans come either from ``file`` (read here) or,
+    read by worker processes, as parts (``keel.bridge.parallel.Sink``)."""
 
     def __init__(
         self,
         conn: sqlite3.Connection,
-        read: Reader,
+        files: Sequence[Path],
         log: Callable[[str], object] | None,
         progress: Progress | None,
-        batch_size: int,
     ) -> None:
-        self.conn, self.read, self.log, self.progress = conn, read, log, progress
-        self.batch_size = batch_size
+        self.conn, self.files, self.log, self.progress = conn, files, log, progress
         self.began = time.perf_counter()
-        self.stats: dict[tuple[str, int], list[int]] = {}
-        self.names: dict[tuple[str, str], int] = {}
+        self.stats: Stats = {}
+        self.names: Names = {}
         self.sources: list[tuple[str, int, int, int]] = []
-        self.total = self.done = self.duplicates = 0
+        self.total = self.done_bytes = self.duplicates = 0
         self.within = 0  # bytes of the current file its reader consumed so far
+        self.count = 0  # spans of the current file stored so far (rowids total+1 …)
+        self.file_stats: Stats = {}  # the current file's aggregates, from its parts
+        self.file_names: Names = {}
 
     def _consumed(self, at: int) -> None:
         self.within = at
 
-    def file(self, path: Path) -> None:
-        """Store the spans of one file, in batches."""
-        count = 0
+    def _advance(self) -> None:
+        if self.progress is not None:
+            size = self.files[len(self.sources)].stat().st_size
+            done = self.done_bytes + min(self.within, size)
+            self.progress.advance(done, self.total + self.count)
+
+    def file(self, path: Path, read: Reader, batch_size: int) -> None:
+        """Read and store the spans of one file, in batches."""
         pending: list[Row] = []
-        size = path.stat().st_size
-        self.within = 0
-        for rows in self.read(path, self._consumed if self.progress is not None else None):
-            _accumulate(self.stats, self.names, rows)
+        self.count = self.within = 0
+        for rows in read(path, self._consumed if self.progress is not None else None):
+            accumulate(self.stats, self.names, rows)
             pending.extend(rows)
-            if len(pending) >= self.batch_size:
+            if len(pending) >= batch_size:
                 self.conn.executemany(_SQL["insert_span"], pending)
-                count += len(pending)
+                self.count += len(pending)
                 pending = []
-                if self.progress is not None:
-                    done = self.done + min(self.within, size)
-                    self.progress.advance(done, self.total + count)
+                self._advance()
         if pending:
             self.conn.executemany(_SQL["insert_span"], pending)
-            count += len(pending)
+            self.count += len(pending)
+        self._file_done(path)
+
+    def part(self, file: int, part: Part) -> None:
+        """Copy a worker's part file in (after the rows so far), and delete it."""
+        self.conn.execute("ATTACH DATABASE ? AS part", (str(part.path),))
+        try:
+            self.conn.execute(_SQL["copy_part"])
+        finally:
+            self.conn.execute("DETACH DATABASE part")
+        part.path.unlink()
+        merge(self.file_stats, self.file_names, part.stats, part.names)
+        self.count += part.rows
+        self.within = part.consumed
+        self._advance()
+
+    def restart(self, file: int) -> None:
+        """Take back what was stored of the current file (it is read again, whole)."""
+        if self.count:
+            self.conn.execute("DELETE FROM spans WHERE rowid > ?", (self.total,))
+        self.count = self.within = 0
+        self.file_stats, self.file_names = {}, {}
+
+    def done(self, file: int) -> None:
+        """Every part of the current file is in."""
+        merge(self.stats, self.names, self.file_stats, self.file_names)
+        self.file_stats, self.file_names = {}, {}
+        self._file_done(self.files[file])
+        self.within = 0
+
+    def _file_done(self, path: Path) -> None:
+        count, self.count = self.count, 0
         self.total += count
         st = path.stat()
-        self.done += st.st_size
-        if self.progress is not None:
-            self.progress.advance(self.done, self.total)
+        self.done_bytes += st.st_size
         # A file name need not be UTF-8 (such a byte arrives as a lone surrogate), and
         # SQLite text must be: the record keeps the name readable, the byte escaped.
         name = os.fsencode(path.resolve()).decode("utf-8", "backslashreplace")
         self.sources.append((name, st.st_size, st.st_mtime_ns, count))
+        if self.progress is not None:
+            self.progress.advance(self.done_bytes, self.total)
         if self.log is not None:
             rate = self.total / max(time.perf_counter() - self.began, 1e-9)
             self.log(f"  indexed {path.name}: {count:,} spans ({rate:,.0f} spans/s so far)")
 
-    def finish(self, files: Sequence[Path]) -> None:
+    def finish(self, threads: int) -> None:
         """Index, drop duplicate spans, store the aggregates and what was read."""
         conn = self.conn
+        # Sorting for the indexes may use ``threads`` more threads (SQLite's own).
+        conn.execute(f"PRAGMA threads = {int(threads)}")
         conn.executescript(_SQL["indexes"])  # commits the open transaction first
         conn.execute("BEGIN")
         self.duplicates = _drop_duplicates(conn, self.stats)
@@ -215,7 +230,7 @@ class _Ingest:
         minutes = [m for _, m in self.stats]
         meta = {
             "format": INDEX_FORMAT,
-            "fingerprint": json.dumps(fingerprint(files)),
+            "fingerprint": json.dumps(fingerprint(self.files)),
             "spans": str(self.total),
             "first_ns": str(min(minutes, default=0) * NS_PER_MINUTE),
             "last_ns": str((max(minutes, default=0) + 1) * NS_PER_MINUTE),
@@ -233,36 +248,53 @@ def build_index(
     log: Callable[[str], object] | None = None,
     progress: Progress | None = None,
     batch_size: int = 20_000,
+    processes: int | None = None,
+    range_bytes: int = RANGE_BYTES,
 ) -> IngestReport:
     """Index the spans of ``files`` (read by ``read``, a trace source's reader) into
     ``dest``, replacing it atomically; ``progress`` hears of every batch stored.
 
+    ``processes`` (default: the CPUs this process may use) is how many processes read
+    the files; with more than one, and more than ``range_bytes`` of files read by
+    ``read_spans``, worker processes read them (``keel.bridge.parallel``; large files in
+    ranges of about ``range_bytes``) while this one stores their rows. 1 reads them here.
+    Either way, the same index.
+
     Raises:
         MalformedSource: a file that is not OTLP/JSON (names the file and line); ``dest``
             is left as it was.
+        IngestWorkerFailed: a worker process died or failed; ``dest`` is left as it was.
         StoreError: SQLite failed (disk full …); ``dest`` is left as it was.
     """
+    processes = default_processes() if processes is None else processes
+    if processes < 1:
+        raise ConfigurationError(f"ingest processes must be >= 1, not {processes!r}")
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f"{dest.name}.building-{os.getpid()}")
+    parts = tmp.with_name(f"{tmp.name}.parts")
     tmp.unlink(missing_ok=True)
     size = sum(f.stat().st_size for f in files)
+    workers = processes > 1 and read is read_spans and size > range_bytes
     if progress is not None:
         progress.start(size)
     try:
-        conn = sqlite3.connect(tmp, isolation_level=None)
+        # The file is private until it is swapped in (and fsynced first): no journal.
+        conn = open_for_load(tmp, 65536)  # KiB: 64 MiB of page cache at most
         try:
-            # The file is private until it is swapped in (and fsynced first): no journal.
-            conn.execute("PRAGMA journal_mode = OFF")
-            conn.execute("PRAGMA synchronous = OFF")
-            conn.execute("PRAGMA cache_size = -65536")  # KiB: 64 MiB of page cache at most
-            conn.executescript(_SQL["schema"])
-            conn.execute("BEGIN")
-            ingest = _Ingest(conn, read, log, progress, batch_size)
-            for path in files:
-                ingest.file(path)
-            ingest.finish(files)
+            ingest = _Ingest(conn, files, log, progress)
+            if workers:
+                parts.mkdir(exist_ok=True)
+                read_in_workers(
+                    files, ingest, processes=processes, folder=parts, range_bytes=range_bytes
+                )
+            else:
+                conn.execute("BEGIN")
+                for path in files:
+                    ingest.file(path, read, batch_size)
+            ingest.finish(threads=processes - 1 if workers else 0)
         finally:
             conn.close()
+            shutil.rmtree(parts, ignore_errors=True)
         _fsync(tmp)
         os.replace(tmp, dest)
         with contextlib.suppress(OSError):  # not every filesystem lets a folder be fsynced

@@ -71,6 +71,11 @@ INSERT INTO spans (trace_id, span_id, parent_id, service, name, start_ns, end_ns
                    aka)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
+-- name: copy_part
+-- A worker's part file (keel.bridge.parallel) after the rows so far, in its order: the same
+-- table, so SQLite copies the records as they are (its transfer optimization).
+INSERT INTO main.spans SELECT * FROM part.spans;
+
 -- name: insert_peer_name
 INSERT INTO peer_names (aka, peer, spans) VALUES (?, ?, ?);
 

@@ -17,6 +17,11 @@ a sequence of top-level objects. A request up to :data:`WHOLE_LIMIT` characters 
 decoded at once; a larger one is walked structurally, span by span, so a single 1 GB
 request needs no more memory than a small one.
 
+A large JSON-lines file can be read in parts, each by another process:
+:func:`read_lines` reads a byte range of it cut at newlines and gives the rows
+:func:`read_spans` gives there, or refuses (:class:`NotLines`) a range that is not only
+whole requests, one per line, read without error; the file is then read whole.
+
 The fast path, for a request on one line (JSON lines): ``msgspec`` decodes the line into
 the few typed fields read here (every other field is skipped in C, never made into
 Python objects) and the spans become rows with the same checks. Anything that path does
@@ -35,8 +40,9 @@ import base64
 import binascii
 import io
 import json
+import os
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Annotated, Any
 
@@ -44,23 +50,21 @@ import msgspec
 
 from keel.bridge.errors import MalformedSource
 from keel.bridge.records import ENCODING
-from keel.errors import ConfigurationError
 
 __all__ = [
     "OUTGOING",
     "PEER_KEYS",
-    "TRACE_SUFFIXES",
     "WHOLE_LIMIT",
+    "NotLines",
     "Row",
     "names_of",
     "peer_of",
+    "read_lines",
     "read_spans",
-    "trace_files",
 ]
 
 CHUNK = 1 << 20  # characters read from a file at a time
 WHOLE_LIMIT = 16 << 20  # characters: a larger request is walked span by span
-TRACE_SUFFIXES = (".json", ".jsonl", ".ndjson")
 UNKNOWN_SERVICE = "unknown_service"
 
 Row = tuple[str, str, str | None, str, str, int, int, int, int, str | None, str | None]
@@ -97,26 +101,6 @@ _WS = re.compile(r"[ \t\n\r]*")
 _HEX = {16: re.compile(r"[0-9a-f]{32}"), 8: re.compile(r"[0-9a-f]{16}")}
 _DECODER = json.JSONDecoder()
 _ERROR_CODES = {2, "2", "STATUS_CODE_ERROR"}
-
-
-def trace_files(paths: Iterable[Path]) -> list[Path]:
-    """The OTLP/JSON files named by ``paths``: files as given, folders by their
-    ``*.json`` / ``*.jsonl`` / ``*.ndjson`` files (sorted by name, not recursive).
-
-    Raises:
-        ConfigurationError: a path that does not exist.
-    """
-    found: list[Path] = []
-    for path in paths:
-        if path.is_dir():
-            found.extend(
-                sorted(p for p in path.iterdir() if p.is_file() and p.suffix in TRACE_SUFFIXES)
-            )
-        elif path.is_file():
-            found.append(path)
-        else:
-            raise ConfigurationError(f"trace source {path} does not exist")
-    return found
 
 
 class _SpanError(ValueError):
@@ -229,17 +213,23 @@ def _service(resource: Any) -> str:
     return UNKNOWN_SERVICE
 
 
-class _AnyValue(msgspec.Struct):
+# gc=False: these structs never hold a reference cycle, so the garbage collector need not
+# track the hundreds of thousands of them a large file makes (msgspec's advice).
+class _AnyValue(msgspec.Struct, gc=False):
     stringValue: Any = None  # OTLP's field names (camelCase)
 
 
-class _KeyValue(msgspec.Struct):
+class _KeyValue(msgspec.Struct, gc=False):
     key: Any = None
     value: _AnyValue | None = None
 
 
-class _Status(msgspec.Struct):
+class _Status(msgspec.Struct, gc=False):
     code: Any = 0
+
+
+class _ResourceFields(msgspec.Struct, gc=False):
+    attributes: list[_KeyValue] | None = None
 
 
 _TRACE_ID = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{32}\Z")]
@@ -248,7 +238,7 @@ _PARENT_ID = Annotated[str, msgspec.Meta(pattern=r"^([0-9a-f]{16})?\Z")]
 _NANOS = Annotated[str, msgspec.Meta(pattern=r"^[0-9]+\Z")]
 
 
-class _Span(msgspec.Struct):
+class _Span(msgspec.Struct, gc=False):
     """The fields of a span the index reads, in the form exporters write them (lowercase
     hex ids, nanoseconds as a decimal string, kind as a number): msgspec checks them in C.
     A span in any other form is refused here, and the general path reads its request."""
@@ -264,17 +254,17 @@ class _Span(msgspec.Struct):
     attributes: msgspec.Raw = msgspec.Raw()  # decoded for client and producer spans only
 
 
-class _Scope(msgspec.Struct):
+class _Scope(msgspec.Struct, gc=False):
     spans: list[_Span] = []
 
 
-class _Resource(msgspec.Struct):
-    resource: Any = None
+class _Resource(msgspec.Struct, gc=False):
+    resource: _ResourceFields | None = None  # typed: cheaper than a dict per attribute
     scopeSpans: list[_Scope] | msgspec.UnsetType = msgspec.UNSET
     instrumentationLibrarySpans: list[_Scope] | msgspec.UnsetType = msgspec.UNSET
 
 
-class _Request(msgspec.Struct):
+class _Request(msgspec.Struct, gc=False):
     resourceSpans: list[_Resource] = []
 
 
@@ -298,6 +288,14 @@ def _fast_names(raw: msgspec.Raw) -> tuple[str | None, str | None]:
         and (text := a.value.stringValue.strip())
     }
     return _names(found)
+
+
+def _fast_service(resource: _ResourceFields | None) -> str:
+    """:func:`_service` over a typed resource."""
+    for a in (resource.attributes if resource is not None else None) or ():
+        if a.key == "service.name" and a.value is not None and isinstance(a.value.stringValue, str):
+            return a.value.stringValue
+    return UNKNOWN_SERVICE
 
 
 def _fast_row(span: _Span, service: str) -> Row:
@@ -332,7 +330,7 @@ def _fast_rows(text: str) -> list[Row]:
     append = rows.append
     try:
         for resource in request.resourceSpans:
-            service = _service(resource.resource)
+            service = _fast_service(resource.resource)
             scopes = resource.scopeSpans
             if scopes is msgspec.UNSET:
                 scopes = resource.instrumentationLibrarySpans
@@ -431,6 +429,29 @@ class _Reader:
                 continue  # a number at the end of the buffer may go on in the next chunk
             self.pos = end
             return value
+
+    def whole_line(self, limit: int) -> list[Row]:
+        """The spans of the request at the cursor, alone on a line of fewer than ``limit``
+        characters, read as :func:`read_spans` reads it (the cursor moves past it); else
+        ``NotLines``. For :func:`read_lines`."""
+        fast = self.one_line(limit)
+        if fast is not None:
+            return fast
+        end = self.buf.find("\n", self.pos)
+        if end < 0 and self.eof:
+            end = len(self.buf)
+        if end < 0 or end - self.pos >= limit:
+            raise NotLines  # a line read whole here may be walked by read_spans
+        line = self.buf[self.pos : end]
+        try:
+            request, stop = _DECODER.raw_decode(line)
+            if line[stop:].strip(" \t\r"):
+                raise NotLines  # anything after a request on its line
+            rows = _request_rows(request, self, self.mark())
+        except (ValueError, RecursionError, MalformedSource):
+            raise NotLines from None  # read whole, the file names the line and why
+        self.pos = end
+        return rows
 
     def one_line(self, limit: int) -> list[Row] | None:
         """The spans of the request at the cursor if it is alone on its line and the fast
@@ -587,6 +608,54 @@ def read_spans(
             if consumed is not None:
                 consumed(raw.tell())
             yield rows
+
+
+class NotLines(Exception):
+    """A byte range given to :func:`read_lines` is not only whole requests, one per line,
+    each read without error: read the file whole (:func:`read_spans`) instead."""
+
+
+class _Range(io.RawIOBase):
+    """Bytes [start, end) of an open file, as a file of their own."""
+
+    def __init__(self, file: IO[bytes], start: int, end: int) -> None:
+        super().__init__()
+        self.fd, self.at, self.end = file.fileno(), start, end
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = os.pread(self.fd, min(len(buffer), self.end - self.at), self.at)
+        buffer[: len(data)] = data
+        self.at += len(data)
+        return len(data)
+
+
+def read_lines(path: Path, start: int, end: int) -> Iterator[list[Row]]:
+    """The spans of bytes [start, end) of a JSON-lines file, ``start`` and ``end`` cut just
+    after a newline (or at the file's ends), in batches: the rows :func:`read_spans` reads
+    from those lines, in the same order.
+
+    Raises:
+        NotLines: a line there is not one whole request (under :data:`WHOLE_LIMIT`
+            characters) read without error, or the bytes are not UTF-8. Nothing read
+            from such a range may be kept: read the file with :func:`read_spans`.
+    """
+    with path.open("rb") as raw:
+        window = io.BufferedReader(_Range(raw, start, end), CHUNK)
+        # The file's encoding strips a BOM at its start only; further on, one is refused.
+        with io.TextIOWrapper(window, encoding=ENCODING if start == 0 else "utf-8") as file:
+            reader = _Reader(file, path)
+            try:
+                while found := reader.peek():
+                    if found != "{":
+                        raise NotLines
+                    rows = reader.whole_line(WHOLE_LIMIT)
+                    if rows:
+                        yield rows
+            except UnicodeDecodeError:
+                raise NotLines from None
 
 
 def _batches(reader: _Reader, whole_limit: int) -> Iterator[list[Row]]:

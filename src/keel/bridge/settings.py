@@ -15,6 +15,7 @@ __all__ = [
     "DEFAULT_DATA_DIR",
     "DEFAULT_LEASE",
     "DEFAULT_PACE",
+    "INGEST_PROCESSES_ENV",
     "LEASE_ENV",
     "PACES",
     "PACE_ENV",
@@ -26,6 +27,7 @@ DEFAULT_DATA_DIR = Path("keel-data") / "bridge"
 DATA_ENV = "KEEL_BRIDGE_DATA"
 PACE_ENV = "KEEL_BRIDGE_PACE"
 LEASE_ENV = "KEEL_BRIDGE_LEASE"
+INGEST_PROCESSES_ENV = "KEEL_BRIDGE_INGEST_PROCESSES"
 DEFAULT_LEASE = 30.0  # seconds a worker holds a diagnosis between two renewals
 DEFAULT_PACE = "demo"
 PACES: Mapping[str, float] = {
@@ -73,6 +75,9 @@ class BridgeSettings:
             ``"realistic"`` (~20 minutes), or seconds per phase as a number.
         lease_seconds: the diagnosis task's lease: how soon another worker takes over
             from one that died (tests shorten it).
+        ingest_processes: how many processes read the trace files at an ingest (None,
+            the default: the CPUs this process may use; 1: this process alone, no
+            worker processes). The index is the same either way.
     """
 
     data_dir: Path = DEFAULT_DATA_DIR
@@ -81,9 +86,15 @@ class BridgeSettings:
     deploys: Path | None = None
     pace: str | float = DEFAULT_PACE
     lease_seconds: float = DEFAULT_LEASE
+    ingest_processes: int | None = None
 
     def __post_init__(self) -> None:
         pace_seconds(self.pace)  # refuse a bad pace when the settings are made
+        processes = self.ingest_processes
+        if processes is not None and (
+            isinstance(processes, bool) or not isinstance(processes, int) or processes < 1
+        ):
+            raise ConfigurationError(f"ingest processes must be an integer >= 1, not {processes!r}")
         if not (math.isfinite(self.lease_seconds) and self.lease_seconds > 0):
             raise ConfigurationError(f"lease_seconds must be > 0, not {self.lease_seconds!r}")
         object.__setattr__(self, "data_dir", Path(self.data_dir))
@@ -111,10 +122,11 @@ class BridgeSettings:
         ``$KEEL_DATA_DIR/bridge``, as ``keel serve`` lays it out), ``$KEEL_BRIDGE_INCIDENTS``,
         ``$KEEL_BRIDGE_TRACES`` (paths separated by ``:``, as in ``$PATH`` and as
         ``keel serve`` reads it), ``$KEEL_BRIDGE_DEPLOYS``,
-        ``$KEEL_BRIDGE_PACE`` and ``$KEEL_BRIDGE_LEASE`` (seconds).
+        ``$KEEL_BRIDGE_PACE``, ``$KEEL_BRIDGE_LEASE`` (seconds) and
+        ``$KEEL_BRIDGE_INGEST_PROCESSES``.
 
         Raises:
-            ConfigurationError: a bad pace or lease.
+            ConfigurationError: a bad pace, lease or number of processes.
         """
         env = os.environ if environ is None else environ
         data = env.get(DATA_ENV) or (
@@ -127,6 +139,13 @@ class BridgeSettings:
             lease_seconds = float(lease)
         except ValueError:
             raise ConfigurationError(f"${LEASE_ENV} must be seconds, not {lease!r}") from None
+        processes = env.get(INGEST_PROCESSES_ENV) or None
+        try:
+            ingest_processes = int(processes) if processes is not None else None
+        except ValueError:
+            raise ConfigurationError(
+                f"${INGEST_PROCESSES_ENV} must be a number of processes, not {processes!r}"
+            ) from None
         incidents = env.get("KEEL_BRIDGE_INCIDENTS")
         deploys = env.get("KEEL_BRIDGE_DEPLOYS")
         traces = [t for t in env.get("KEEL_BRIDGE_TRACES", "").split(os.pathsep) if t]
@@ -137,4 +156,5 @@ class BridgeSettings:
             deploys=Path(deploys) if deploys else None,
             pace=env.get(PACE_ENV) or DEFAULT_PACE,
             lease_seconds=lease_seconds,
+            ingest_processes=ingest_processes,
         )

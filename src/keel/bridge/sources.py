@@ -19,26 +19,30 @@ from __future__ import annotations
 import csv
 import json
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
 from keel.bridge.errors import MalformedSource, UnknownIncident
-from keel.bridge.otlp import Row, read_spans, trace_files
+from keel.bridge.otlp import Row, read_spans
 from keel.bridge.records import ENCODING, Deploy, Incident, parse_time
+from keel.errors import ConfigurationError
 
 __all__ = [
     "DEPLOY_FIELDS",
+    "TRACE_SUFFIXES",
     "DeploySource",
     "FileDeploys",
     "IncidentSource",
     "JsonIncidents",
     "OtlpJsonTraces",
     "TraceSource",
+    "trace_files",
 ]
 
 DEPLOY_FIELDS = ("id", "service", "version", "commit", "author", "deployed_at", "summary")
 """Columns of a deploys CSV (``kind``, ``code`` or ``config``, is optional)."""
+TRACE_SUFFIXES = (".json", ".jsonl", ".ndjson")
 
 T = TypeVar("T")
 
@@ -246,6 +250,26 @@ class FileDeploys:
 
     def all(self) -> Sequence[Deploy]:
         return self._file.get()
+
+
+def trace_files(paths: Iterable[Path]) -> list[Path]:
+    """The OTLP/JSON files named by ``paths``: files as given, folders by their
+    ``*.json`` / ``*.jsonl`` / ``*.ndjson`` files (sorted by name, not recursive).
+
+    Raises:
+        ConfigurationError: a path that does not exist.
+    """
+    found: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found.extend(
+                sorted(p for p in path.iterdir() if p.is_file() and p.suffix in TRACE_SUFFIXES)
+            )
+        elif path.is_file():
+            found.append(path)
+        else:
+            raise ConfigurationError(f"trace source {path} does not exist")
+    return found
 
 
 class OtlpJsonTraces:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 
 import click
@@ -55,6 +56,8 @@ def _settings(
     traces: tuple[Path, ...],
     deploys: Path | None,
     pace: str = "fast",
+    *,
+    processes: int | None = None,
 ) -> object:
     from keel.bridge.settings import BridgeSettings
 
@@ -65,6 +68,7 @@ def _settings(
         traces=list(traces) or None,
         deploys=deploys,
         pace=pace,
+        ingest_processes=processes or base.ingest_processes,
     )
 
 
@@ -93,22 +97,41 @@ def _sources(fn: click.decorators.FC) -> click.decorators.FC:
 
 @bridge.command(short_help="Index the trace files (only if they changed).")
 @_sources
+@click.option(
+    "--processes",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Processes reading the trace files [default: $KEEL_BRIDGE_INGEST_PROCESSES, "
+    "else the CPUs this process may use; 1: no worker processes].",
+)
 def ingest(
-    data_dir: Path | None, incidents: Path | None, traces: tuple[Path, ...], deploys: Path | None
+    data_dir: Path | None,
+    incidents: Path | None,
+    traces: tuple[Path, ...],
+    deploys: Path | None,
+    processes: int | None,
 ) -> None:
     """Bring the trace index up to date with the sources (sample data if there are none).
 
     A malformed trace file is reported with its name and line, and the index stays as it
-    was.
+    was. The files are read by one process per CPU (``--processes``); Ctrl-C or SIGTERM
+    stops them all and leaves the index as it was.
     """
     from keel.bridge.core import prepare
     from keel.bridge.settings import BridgeSettings
 
-    settings = _settings(data_dir, incidents, traces, deploys)
+    settings = _settings(data_dir, incidents, traces, deploys, processes=processes)
     assert isinstance(settings, BridgeSettings)
+    # SIGTERM ends the command as Ctrl-C does, through its cleanup: the worker processes
+    # are stopped and the half-built index file is removed.
+    signal.signal(signal.SIGTERM, _terminated)
     with _IngestBar() as bar:
         paths = prepare(settings, log=bar.log, progress=bar if bar.live else None)
     click.echo(paths.describe())
+
+
+def _terminated(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 class _IngestBar:
