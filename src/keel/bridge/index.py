@@ -182,7 +182,9 @@ class _Ingest:
         self._advance()
 
     def restart(self, file: int) -> None:
-        """Take back what was stored of the current file (it is read again, whole)."""
+        """Take back what was stored of ``file`` (it is read again, whole)."""
+        if file != len(self.sources):
+            return  # not the file being stored: nothing of it is stored yet
         if self.count:
             self.conn.execute("DELETE FROM spans WHERE rowid > ?", (self.total,))
         self.count = self.within = 0
