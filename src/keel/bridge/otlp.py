@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import io
 import json
 import os
@@ -277,7 +278,10 @@ class _Refused(Exception):
     """The fast path does not take this request as is (the general path reads it)."""
 
 
-def _fast_names(raw: msgspec.Raw) -> tuple[str | None, str | None]:
+# Client spans to one callee mostly carry the very same attributes (555 distinct lists
+# among 146,000 client spans in an hour of the evaluation export): each is decoded once.
+@functools.lru_cache(maxsize=4096)
+def _fast_names(raw: bytes) -> tuple[str | None, str | None]:
     """:func:`names_of` over a span's attributes, still undecoded."""
     found = {
         a.key: text
@@ -304,7 +308,7 @@ def _fast_row(span: _Span, service: str) -> Row:
     if end < start:
         raise _Refused
     status, kind = span.status, span.kind
-    peer, aka = _fast_names(span.attributes) if kind in OUTGOING else (None, None)
+    peer, aka = _fast_names(bytes(span.attributes)) if kind in OUTGOING else (None, None)
     return (
         span.traceId,
         span.spanId,
