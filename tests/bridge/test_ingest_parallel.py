@@ -137,6 +137,22 @@ def test_a_worker_that_dies_stops_the_ingest_with_one_typed_error(tmp_path: Path
     assert _descendants(os.getpid()) == []  # every worker reaped
 
 
+def test_a_worker_that_fails_stops_the_ingest_with_one_typed_error(tmp_path: Path) -> None:
+    """A worker that cannot write its part file (a folder is in its place) fails: the
+    ingest stops with IngestWorkerFailed carrying what the worker raised, and leaves
+    nothing behind."""
+    files = [write_lines(tmp_path / f"{n}.jsonl", export(random.Random(n), 20)) for n in range(3)]
+    dest = tmp_path / "index.db"
+    (tmp_path / f"index.db.building-{os.getpid()}.parts" / "0-0.db").mkdir(parents=True)
+    failed = r"failed reading .*0\.jsonl: .*unable to open"
+    with pytest.raises(IngestWorkerFailed, match=failed) as e:
+        build_index(files, dest, processes=2, range_bytes=RANGE)
+    assert "\n" not in str(e.value)  # one line (the CLI prints it as is)
+    assert "Traceback" in (e.value.detail or "")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f.name for f in files)
+    assert _descendants(os.getpid()) == []
+
+
 UNGUARDED = """
 import sys
 from pathlib import Path

@@ -54,7 +54,15 @@ class IngestWorkerFailed(BridgeError, RuntimeError):
     """A worker process of a parallel ingest died (killed, out of memory …) or failed
     (what it raised is in the message). The ingest stopped at once, its other workers
     with it, and the index is left as it was. (A malformed trace file is not this: it is
-    :class:`MalformedSource`, however many processes read the files.)"""
+    :class:`MalformedSource`, however many processes read the files.)
+
+    Attributes:
+        detail: what a failed worker printed of its error (its traceback), if any.
+    """
+
+    def __init__(self, message: str, detail: str | None = None) -> None:
+        super().__init__(message)
+        self.detail = detail
 
 
 class UnknownIncident(BridgeError, LookupError):

@@ -309,8 +309,13 @@ class _Schedule:
         if isinstance(message, _Ended):
             worker.task = None
             if message.failed is not None:
-                failed = message.failed
-                raise IngestWorkerFailed(f"trace ingest stopped: a worker failed:\n{failed}")
+                task = next(t for t in self.order if t.id == message.task)
+                error = message.failed.strip().splitlines()[-1]  # the exception, one line
+                raise IngestWorkerFailed(
+                    f"trace ingest stopped: a worker process failed reading {task.path}: "
+                    f"{error}; the index was left as it was",
+                    detail=message.failed,
+                )
             self.ended.add(message.task)
         if message.task in self.dropped:
             if isinstance(message, Part):
