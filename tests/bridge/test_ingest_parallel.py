@@ -201,7 +201,8 @@ def test_a_signal_stops_keel_bridge_ingest_and_its_workers(tmp_path: Path, signu
     """``keel bridge ingest`` (a real process) stopped by SIGTERM or Ctrl-C's SIGINT while
     its workers read: it exits promptly, its workers are gone, and it leaves no index and
     no half-built file. Killed outright (SIGKILL), it leaves its half-built file, but its
-    workers exit on their own (their task pipe closes) and no index appears."""
+    workers exit on their own (their task pipe closes), no index appears, and the next
+    ingest removes what it left."""
     traces = tmp_path / "traces"
     traces.mkdir()
     block = "".join(json.dumps(r) + "\n" for r in export(random.Random(3), 40)).encode()
@@ -226,6 +227,10 @@ def test_a_signal_stops_keel_bridge_ingest_and_its_workers(tmp_path: Path, signu
     assert not (data / "index.db").exists()
     if signum != signal.SIGKILL:
         assert sorted(p.name for p in data.iterdir()) == [".lock"]
+        return
+    assert any(p.name.startswith("index.db.building-") for p in data.iterdir())
+    build_index([], data / "index.db")  # the next ingest removes what the killed one left
+    assert sorted(p.name for p in data.iterdir()) == [".lock", "index.db"]
 
 
 def _running(pid: int) -> bool:

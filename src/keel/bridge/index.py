@@ -13,6 +13,7 @@ opens its own read-only connection (diagnosis steps run in worker threads).
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import os
 import shutil
@@ -100,6 +101,27 @@ def _fsync(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _remove_leftovers(dest: Path) -> None:
+    """Remove what an ingest into ``dest`` killed outright left (its half-built file and
+    its workers' part files), if its process is gone."""
+    prefix = f"{dest.name}.building-"
+    for leftover in dest.parent.glob(f"{glob.escape(prefix)}*"):
+        pid = leftover.name.removeprefix(prefix).removesuffix(".parts")
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # alive (or another's process with that pid): left alone
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        if leftover.is_dir():
+            shutil.rmtree(leftover, ignore_errors=True)
+        else:
+            leftover.unlink(missing_ok=True)
 
 
 def _drop_duplicates(conn: sqlite3.Connection, stats: Stats) -> int:
@@ -272,6 +294,7 @@ def build_index(
     if processes < 1:
         raise ConfigurationError(f"ingest processes must be >= 1, not {processes!r}")
     dest.parent.mkdir(parents=True, exist_ok=True)
+    _remove_leftovers(dest)
     tmp = dest.with_name(f"{dest.name}.building-{os.getpid()}")
     parts = tmp.with_name(f"{tmp.name}.parts")
     tmp.unlink(missing_ok=True)
