@@ -9,7 +9,10 @@ The interface ``keel serve`` (and any embedding server) uses:
     Unset sources default to files in ``data_dir``.
     ``pace``: ``"fast"`` (no artificial latency), ``"demo"`` (default, ~8 s a diagnosis),
     ``"realistic"`` (~20 minutes), or a number of seconds per phase.
-    ``BridgeSettings.from_env()`` reads ``$KEEL_BRIDGE_DATA`` and ``$KEEL_BRIDGE_PACE``.
+    ``ingest_processes``: how many processes read the trace files at an ingest (default:
+    the CPUs this process may use; 1: no worker processes).
+    ``BridgeSettings.from_env()`` reads ``$KEEL_BRIDGE_DATA``, ``$KEEL_BRIDGE_PACE`` and
+    ``$KEEL_BRIDGE_INGEST_PROCESSES``.
 
 ``prepare(settings, *, log=print) -> BridgePaths``
     Generates the sample dataset (seed 7) in ``data_dir`` when no source is configured
