@@ -284,6 +284,7 @@ class _Schedule:
 
     def __init__(self, tasks: list[Task], sink: Sink, workers: _Workers, window: int) -> None:
         self.order = list(tasks)  # tasks not yet stored, in file order
+        self.tasks = {t.id: t for t in tasks}  # every task, dropped ones too
         self.sink, self.workers, self.window = sink, workers, window
         self.given: set[int] = set()
         self.inbox: dict[int, deque[Message]] = {}  # messages of a task, to store in order
@@ -309,10 +310,10 @@ class _Schedule:
         if isinstance(message, _Ended):
             worker.task = None
             if message.failed is not None:
-                task = next(t for t in self.order if t.id == message.task)
+                path = self.tasks[message.task].path
                 error = message.failed.strip().splitlines()[-1]  # the exception, one line
                 raise IngestWorkerFailed(
-                    f"trace ingest stopped: a worker process failed reading {task.path}: "
+                    f"trace ingest stopped: a worker process failed reading {path}: "
                     f"{error}; the index was left as it was",
                     detail=message.failed,
                 )
@@ -321,7 +322,7 @@ class _Schedule:
             if isinstance(message, Part):
                 message.path.unlink(missing_ok=True)
         elif isinstance(message, _Ended) and message.refused:
-            self._whole(next(t for t in self.order if t.id == message.task))
+            self._whole(self.tasks[message.task])
         else:
             self.inbox.setdefault(message.task, deque()).append(message)
 
@@ -354,6 +355,7 @@ class _Schedule:
         end = max(t.end for t in mine)
         whole = Task(self.next_id, refused.file, refused.path, 0, end, False, refused.folder)
         self.order.insert(at, whole)
+        self.tasks[whole.id] = whole
         self.next_id += 1
         self.sink.restart(refused.file)
 
