@@ -259,3 +259,20 @@ def _poll(condition: Callable[[], T], *, timeout: float) -> T:
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.01)
     return value
+
+
+def test_ranges_are_cut_after_line_ends_and_cover_the_file(tmp_path: Path) -> None:
+    """Each range starts just after a newline; together they cover the file; a line
+    longer than a request read on its own line may be (16 M characters) ends the cutting:
+    the rest is one range, not scanned to its end."""
+    path = tmp_path / "x.jsonl"
+    short = b'{"resourceSpans": []}\n' * 20_000
+    path.write_bytes(short + b"{" + b" " * (17 << 20) + b"}\n" + short)
+    data = path.read_bytes()
+    tasks = plan([path], tmp_path, 1 << 16)
+    assert tasks[0].start == 0
+    assert all(data[t.start - 1 : t.start] == b"\n" for t in tasks[1:])
+    assert [t.end for t in tasks[:-1]] == [t.start for t in tasks[1:]]
+    assert tasks[-1].end == len(data)
+    assert tasks[-1].start < len(short) < tasks[-1].end  # the long line ended the cutting
+    assert all(t.lines for t in tasks)

@@ -47,7 +47,7 @@ from typing import IO, Protocol
 
 from keel.bridge.errors import IngestWorkerFailed, MalformedSource
 from keel.bridge.loading import SQL, Names, Stats, accumulate, open_for_load
-from keel.bridge.otlp import NotLines, Row, read_lines, read_spans
+from keel.bridge.otlp import WHOLE_LIMIT, NotLines, Row, read_lines, read_spans
 
 __all__ = [
     "RANGE_BYTES",
@@ -139,8 +139,8 @@ def plan(files: Sequence[Path], folder: Path, range_bytes: int) -> list[Task]:
         with path.open("rb") as file:
             while cuts[-1] + range_bytes * 3 // 2 < size:
                 cut = _after_newline(file, cuts[-1] + range_bytes)
-                if cut >= size:
-                    break
+                if cut is None or cut >= size:
+                    break  # no line end soon: the rest is one task
                 cuts.append(cut)
         cuts.append(size)
         for start, end in itertools.pairwise(cuts):
@@ -148,15 +148,18 @@ def plan(files: Sequence[Path], folder: Path, range_bytes: int) -> list[Task]:
     return tasks
 
 
-def _after_newline(file: IO[bytes], at: int) -> int:
-    """The position just after the first newline at or after ``at`` (past the end if none)."""
+def _after_newline(file: IO[bytes], at: int) -> int | None:
+    """The position just after the first newline at or after ``at``, if one comes within
+    :data:`~keel.bridge.otlp.WHOLE_LIMIT` bytes (a longer line is no request of JSON lines
+    anyway: a single multi-GB request is not scanned to its end here)."""
     file.seek(at)
-    while block := file.read(1 << 16):
+    scanned = 0
+    while scanned < WHOLE_LIMIT and (block := file.read(1 << 16)):
         found = block.find(b"\n")
         if found >= 0:
-            return at + found + 1
-        at += len(block)
-    return at + 1
+            return at + scanned + found + 1
+        scanned += len(block)
+    return None
 
 
 def read_in_workers(
