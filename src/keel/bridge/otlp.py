@@ -438,14 +438,16 @@ class _Reader:
         """The spans of the request at the cursor, alone on a line of fewer than ``limit``
         characters, read as :func:`read_spans` reads it (the cursor moves past it); else
         ``NotLines``. For :func:`read_lines`."""
-        fast = self.one_line(limit)
-        if fast is not None:
-            return fast
         end = self.buf.find("\n", self.pos)
+        while end < 0 and len(self.buf) - self.pos < limit and self.fill():
+            end = self.buf.find("\n", self.pos)
         if end < 0 and self.eof:
             end = len(self.buf)
         if end < 0 or end - self.pos >= limit:
-            raise NotLines  # a line read whole here may be walked by read_spans
+            raise NotLines  # read_spans may walk such a line: its buffer decides
+        fast = self.one_line(limit)  # the line is in the buffer: as read_spans decides
+        if fast is not None:
+            return fast
         line = self.buf[self.pos : end]
         try:
             request, stop = _DECODER.raw_decode(line)
