@@ -192,8 +192,9 @@ class TxStore:
         return self._clock()
 
     def _writes_queued(self) -> bool:
-        """Whether writes made on this event loop wait to run as a group: a claim made now
-        joins that group rather than look first (the look could not see them)."""
+        """Whether writes made on this event loop wait to run as a group (or to commit): a
+        claim made now joins the next group rather than look first (the look could not see
+        them)."""
         return False
 
     async def _run(self, op: Op[T], *, write: bool) -> T:

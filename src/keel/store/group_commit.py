@@ -102,6 +102,12 @@ class Wait:
 
     handoff: Any = None
     """What the runner worked out on the loop, for :meth:`GroupRunner.finish`."""
+    committing: bool = False
+    """The group ran on the loop and only its COMMIT is left (the disk's fsync): reads of
+    the tasks it touches may wait for it (:meth:`Lane.committing`)."""
+    abandon: Callable[[], None] | None = None
+    """Undo what the runner holds for ``handoff`` (a transaction, a lock) if the group
+    cannot be handed to a thread after all (the executor is shut down)."""
 
 
 class GroupRunner(Protocol):
@@ -209,6 +215,7 @@ class Lane:
         self._timer: asyncio.TimerHandle | None = None
         self._queue: list[_Queued] = []
         self._scheduled = False
+        self._committing: list[_Queued] = []
         self.flushing = False
         """Whether a group is running in a worker thread (the next waits for it)."""
         self.inflight: set[asyncio.Future[Any]] = set()
@@ -258,6 +265,20 @@ class Lane:
                 future.set_exception(self._late())
         self._arm()
 
+    def committing(self, task_ids: Sequence[str]) -> list[asyncio.Future[Any]]:
+        """The answers still to come of ops that touch any of ``task_ids`` and whose group
+        ran and is being committed now (:attr:`Wait.committing`): a read of those tasks
+        that waits for them sees what they wrote, after one fsync at most, instead of the
+        state before (which a client polling for the outcome would then ask for again)."""
+        if not self._committing:
+            return []
+        wanted = set(task_ids)
+        return [
+            future
+            for op, future in self._committing
+            if not future.done() and not wanted.isdisjoint(op.touches)
+        ]
+
     async def drain(self) -> None:
         """Wait until every op submitted so far has its answer."""
         if self.inflight:
@@ -278,8 +299,8 @@ class Lane:
         if not batch:
             return
         ops = [op for op, _ in batch]
+        wait = Wait()
         regroup = False
-        handoff = None
         try:
             started = self._runner.start(ops)
         except Regroup:
@@ -291,12 +312,17 @@ class Lane:
             if not isinstance(started, Wait):
                 self._done_on_loop(batch, started)
                 return
-            handoff = started.handoff
+            wait = started
+        if wait.committing:
+            self._committing = batch
         self.flushing = True
         try:
-            self.loop.run_in_executor(self._executor, self._finish, batch, handoff, regroup)
+            self.loop.run_in_executor(self._executor, self._finish, batch, wait.handoff, regroup)
         except RuntimeError:  # the executor was shut down: the store is closed
             self.flushing = False
+            self._committing = []
+            if wait.abandon is not None:
+                wait.abandon()
             self._done_on_loop(batch, [Outcome.failed(self._runner.closed())] * len(batch))
 
     def _done_on_loop(self, batch: list[_Queued], outcomes: list[Outcome]) -> None:
@@ -322,6 +348,7 @@ class Lane:
             ran.after()
 
     def _flushed(self, batch: list[_Queued], outcomes: list[Outcome]) -> None:
+        self._committing = []
         _deliver(batch, outcomes)
         self.flushing = False
         if self._queue and not self._scheduled:

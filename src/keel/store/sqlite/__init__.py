@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
 import anyio.to_thread
 
-from keel.errors import ConfigurationError, StoreDamaged, StoreUnavailable
+from keel.errors import ConfigurationError, StoreDamaged, StoreError, StoreUnavailable
 from keel.model import Limits
 from keel.store.base import Op, TxStore
 from keel.store.group_commit import Lane, run_alone
@@ -44,10 +45,10 @@ from keel.store.sqlite.connection import (
     Connection,
     Synchronous,
 )
-from keel.store.sqlite.faults import is_busy, translate
+from keel.store.sqlite.faults import translate
 from keel.store.sqlite.planning import CLAIMS_CONTENDED, PlanMode, Planner
+from keel.store.sqlite.reads import Busy, Reader
 from keel.store.sqlite.sessions import LostWal
-from keel.store.sqlite.tx import SqliteTx
 from keel.store.sqlite.writes import Writer
 
 __all__ = [
@@ -77,6 +78,13 @@ def _choice(
             f"{what} must be {' or '.join(repr(n) for n in names)}, not {value!r}"
         )
     return text
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:  # pragma: no cover - not on asyncio (e.g. trio)
+        return None
 
 
 class SqliteStore(TxStore):
@@ -130,6 +138,13 @@ class SqliteStore(TxStore):
             self._db.close()
             raise self._db.fail(exc) from exc
         self._writer = Writer(self._db, self.planner)
+        try:
+            self._reader = Reader(self._db)
+        except StoreError:
+            self._db.close()
+            raise
+        self._commits = ThreadPoolExecutor(max_workers=1, thread_name_prefix="keel-sqlite-writer")
+        """The writer thread: where groups commit (and wait for another process's lock)."""
         self._change_log = ChangeLogReader(self.path, self.change_hub)
         self._lane: Lane | None = None
         """Group commit on the event loop that writes now (one loop at a time)."""
@@ -142,20 +157,20 @@ class SqliteStore(TxStore):
     # --- execution -------------------------------------------------------------------
     #
     # Writes are committed in groups by the lane of the event loop they are made on (see
-    # keel.store.group_commit and .writes). Reads run inline in a deferred transaction,
+    # keel.store.group_commit and .writes), each group's COMMIT in the writer thread.
+    # Reads run inline on a connection of their own (.reads), in a deferred transaction,
     # which WAL never makes wait on writers.
 
     async def _run(self, op: Op[T], *, write: bool) -> T:
         if not write:
             return await self._read(op)
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # pragma: no cover - not on asyncio (e.g. trio)
-            loop = None
+        loop = _running_loop()
         lane = self._lane
         if loop is not None and (lane is None or (lane.loop is not loop and lane.idle)):
             # A new lane: nothing is queued on the old loop's.
-            lane = self._lane = Lane(loop, self._writer, timeout=self.timeout, late=self._late)
+            lane = self._lane = Lane(
+                loop, self._writer, executor=self._commits, timeout=self.timeout, late=self._late
+            )
         if lane is None or lane.loop is not loop:
             # Group commit serves one event loop at a time; others get a transaction each.
             return await anyio.to_thread.run_sync(lambda: run_alone(self._writer, op))
@@ -163,13 +178,10 @@ class SqliteStore(TxStore):
         return await lane.submit(op)  # type: ignore[no-any-return]
 
     def _writes_queued(self) -> bool:
+        # Queued, or being committed: a look now could not see them, and a claim queued
+        # now runs after their commit.
         lane = self._lane
-        if lane is None or not lane.queued:
-            return False
-        try:
-            return lane.loop is asyncio.get_running_loop()
-        except RuntimeError:  # pragma: no cover - not on asyncio
-            return False
+        return lane is not None and (lane.queued or lane.flushing) and lane.loop is _running_loop()
 
     def _late(self) -> StoreUnavailable:
         """The answer of a write that waited the whole timeout."""
@@ -179,34 +191,18 @@ class SqliteStore(TxStore):
         )
 
     async def _read(self, op: Op[T]) -> T:
-        db = self._db
-        if db.lock.acquire(blocking=False):
-            try:
-                db.check_open()
-                try:
-                    db.begin(False)
-                    return op.run(SqliteTx(db.sql))
-                except sqlite3.Error as exc:
-                    if not is_busy(exc):
-                        raise db.fail(exc) from exc
-                    # Rare in WAL (another process recovering the WAL, say): wait in a
-                    # thread below rather than on the event loop.
-                finally:
-                    db.rollback()  # a read transaction has nothing to commit
-            finally:
-                db.lock.release()
-        return await anyio.to_thread.run_sync(lambda: self._read_waiting(op))
-
-    def _read_waiting(self, op: Op[T]) -> T:
-        """A read in a worker thread, allowed to wait for locks."""
-        with self._db.waiting() as conn:
-            try:
-                self._db.begin(False)
-                return op.run(SqliteTx(conn))
-            except sqlite3.Error as exc:
-                raise self._db.fail(exc) from exc
-            finally:
-                self._db.rollback()
+        lane = self._lane
+        if lane is not None and op.touches and lane.loop is _running_loop():
+            # A write to this task is being committed: answer what it wrote, after it.
+            committing = lane.committing(op.touches)
+            if committing:
+                await asyncio.wait(committing)
+        done = self._reader.run(op)
+        if not isinstance(done, Busy):
+            return done
+        # Rare in WAL (another process recovering the WAL, say): wait in a thread rather
+        # than on the event loop.
+        return await anyio.to_thread.run_sync(lambda: self._reader.run_waiting(op))
 
     # --- administration ----------------------------------------------------------------
 
@@ -274,6 +270,7 @@ class SqliteStore(TxStore):
             raise self._db.fail(exc) from exc
 
     def close_sync(self) -> None:
-        """Close the connection. Safe to call twice."""
+        """Close the connections. Safe to call twice."""
         self._change_log.close()
-        self._db.close()
+        self._db.close()  # the reader first; after a commit under way in the writer thread
+        self._commits.shutdown(wait=False)

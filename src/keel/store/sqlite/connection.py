@@ -32,7 +32,7 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
@@ -126,6 +126,7 @@ class Connection:
         self.lock = threading.Lock()
         self.closed = False
         self.session: Session | None = None
+        self._companions: list[Callable[[], None]] = []
         try:
             if not new and not path.exists():
                 _create(path, synchronous, busy_timeout)
@@ -333,12 +334,20 @@ class Connection:
             finally:
                 self.sql.execute("PRAGMA busy_timeout = 0")
 
+    def close_first(self, close: Callable[[], None]) -> None:
+        """Have :meth:`close` call ``close`` first: another connection of this store (see
+        :mod:`.reads`), which must be gone for the log to be folded in and deleted."""
+        self._companions.append(close)
+
     def close(self) -> None:
-        """Fold the WAL into the file, then close the connection. Safe to call twice."""
+        """Close the companions, fold the WAL into the file, then close the connection.
+        Safe to call twice."""
         with self.lock:
             if not self.closed:
                 self.closed = True
                 try:
+                    for close in self._companions:
+                        close()
                     self._fold_wal()
                 finally:
                     self.sql.close()

@@ -8,6 +8,13 @@ blocking the loop. Either way a group is planned first when planning pays (see
 :mod:`keel.store.sqlite.planning`), and under the lock only what the plan could not
 settle runs.
 
+A group run on the loop that wrote anything is not committed there: its ``COMMIT``
+(with ``synchronous=full``, the fsync that makes it durable, milliseconds on a busy disk)
+runs in the store's writer thread, which holds the connection until it is done, and the
+group's callers hear of their writes only then. Meanwhile the loop goes on: it answers
+reads (on their own connection, :mod:`.reads`), writes responses, and queues the next
+group, which runs as soon as this commit is done (so the groups grow with the load).
+
 A refused write raises before it writes anything (the rules are checked first), so the
 others commit beside it. Should a write fail after writing (a SQLite error mid-way), the
 group is rolled back and :class:`~keel.store.group_commit.Regroup` runs each write on its
@@ -37,6 +44,14 @@ class _Planned:
     plan: Plan | None
 
 
+@dataclass(frozen=True, slots=True)
+class _Commit:
+    """A group that ran on the event loop and wrote: only its COMMIT (the fsync) is
+    left, done in a thread; the connection's lock is held until then."""
+
+    outcomes: list[Outcome]
+
+
 class Writer:
     """Runs a store's groups of writes (see the module docstring)."""
 
@@ -48,10 +63,12 @@ class Writer:
         return self._db.fail_closed()
 
     def start(self, ops: Sequence[Op[Any]]) -> list[Outcome] | Wait:
-        """On the event loop: run the group now, unless the lock must be waited for."""
+        """On the event loop: run the group now, unless the lock must be waited for; a
+        group that wrote is committed in a thread (the loop goes on meanwhile)."""
         db = self._db
         if not db.lock.acquire(blocking=False):
             return Wait()  # a group runs in a thread: this one waits for it there
+        committing = False
         try:
             if db.closed:
                 return [Outcome.failed(self.closed())] * len(ops)
@@ -63,12 +80,20 @@ class Writer:
                 # next groups too.
                 self._planner.lock_was_taken()
                 return Wait(_Planned(plan))
-            return self._run_locked(ops, plan)
+            ran = self._run_locked(ops, plan, defer_commit=True)
+            if isinstance(ran, list):
+                return ran
+            committing = True  # the lock goes with the transaction to the thread
+            return Wait(ran, committing=True, abandon=self._abandon)
         finally:
-            db.lock.release()
+            if not committing:
+                db.lock.release()
 
     def finish(self, ops: Sequence[Op[Any]], handoff: Any) -> Ran:
-        """In a worker thread: wait for the lock, then run the group."""
+        """In a worker thread: commit a group that ran on the loop, or wait for the lock,
+        then run the group."""
+        if isinstance(handoff, _Commit):
+            return Ran(self._commit(handoff))
         db = self._db
         with db.lock:
             db.check_open()
@@ -77,10 +102,39 @@ class Writer:
                 db.begin_write_waiting()
             except sqlite3.Error as exc:
                 return Ran([Outcome.failed(db.fail(exc))] * len(ops))
-            return Ran(self._run_locked(ops, plan))
+            ran = self._run_locked(ops, plan)
+            assert isinstance(ran, list)
+            return Ran(ran)
 
-    def _run_locked(self, ops: Sequence[Op[Any]], plan: Plan | None) -> list[Outcome]:
-        """Run a group in the transaction begun under the lock, and commit it.
+    def _commit(self, pending: _Commit) -> list[Outcome]:
+        """COMMIT the transaction :meth:`start` left open, then let the connection go."""
+        db = self._db
+        try:
+            db.sql.execute("COMMIT")
+        except sqlite3.Error as exc:
+            # Not stored (I/O, disk full …): every write of the group fails with it.
+            db.rollback()
+            failed = Outcome.failed(db.fail(exc))
+            return [failed if o.ok else o for o in pending.outcomes]
+        except BaseException:
+            db.rollback()
+            raise
+        finally:
+            db.lock.release()
+        return pending.outcomes
+
+    def _abandon(self) -> None:
+        """Roll back a group whose commit could not be handed to a thread."""
+        try:
+            self._db.rollback()
+        finally:
+            self._db.lock.release()
+
+    def _run_locked(
+        self, ops: Sequence[Op[Any]], plan: Plan | None, *, defer_commit: bool = False
+    ) -> list[Outcome] | _Commit:
+        """Run a group in the transaction begun under the lock, and commit it; with
+        ``defer_commit``, a group that wrote is left uncommitted, as a :class:`_Commit`.
 
         Raises:
             Regroup: a write of several failed after writing; the group was rolled back.
@@ -88,6 +142,7 @@ class Writer:
         db = self._db
         outcomes: dict[int, Outcome] = {}
         failure: Exception | None = None
+        changes = db.sql.total_changes
         try:
             applied = self._planner.apply(plan, len(ops))
             outcomes.update(applied.outcomes)
@@ -99,6 +154,10 @@ class Writer:
             else:
                 if events:
                     db.sql.executemany(Q["insert_event_row"], events)
+                if defer_commit and db.sql.total_changes != changes:
+                    return _Commit([outcomes[i] for i in range(len(ops))])
+                # In a thread, or on the loop when nothing was written (an empty claim,
+                # which no fsync follows).
                 db.sql.execute("COMMIT")
         except sqlite3.Error as exc:
             # The transaction itself failed (I/O, disk full …): nothing of it is stored.
