@@ -104,7 +104,7 @@ class Wait:
     """What the runner worked out on the loop, for :meth:`GroupRunner.finish`."""
     committing: bool = False
     """The group ran on the loop and only its COMMIT is left (the disk's fsync): reads of
-    the tasks it touches may wait for it (:meth:`Lane.committing`)."""
+    the tasks it touches may wait for it (:meth:`Lane.writing`)."""
     abandon: Callable[[], None] | None = None
     """Undo what the runner holds for ``handoff`` (a transaction, a lock) if the group
     cannot be handed to a thread after all (the executor is shut down)."""
@@ -265,17 +265,18 @@ class Lane:
                 future.set_exception(self._late())
         self._arm()
 
-    def committing(self, task_ids: Sequence[str]) -> list[asyncio.Future[Any]]:
-        """The answers still to come of ops that touch any of ``task_ids`` and whose group
-        ran and is being committed now (:attr:`Wait.committing`): a read of those tasks
-        that waits for them sees what they wrote, after one fsync at most, instead of the
-        state before (which a client polling for the outcome would then ask for again)."""
-        if not self._committing:
-            return []
+    def writing(self, task_ids: Sequence[str]) -> list[asyncio.Future[Any]]:
+        """The answers still to come of ops that touch any of ``task_ids`` and are being
+        committed (their group ran: :attr:`Wait.committing`) or queued for the next group
+        (unless a group waits for another process's lock): a read of those tasks that
+        waits for them sees what they wrote, a commit or two later, instead of the state
+        before (which a client polling for the outcome would then ask for again)."""
+        if self.flushing and not self._committing:
+            return []  # a group waits for a lock: the queue could wait as long
         wanted = set(task_ids)
         return [
             future
-            for op, future in self._committing
+            for op, future in (*self._committing, *self._queue)
             if not future.done() and not wanted.isdisjoint(op.touches)
         ]
 

@@ -80,6 +80,11 @@ def _choice(
     return text
 
 
+FRESH_WAIT = 0.05
+"""Seconds a read of a task waits at most for a write of it that is queued or being
+committed in this process (see :meth:`Lane.writing`), before it reads what is committed."""
+
+
 def _running_loop() -> asyncio.AbstractEventLoop | None:
     try:
         return asyncio.get_running_loop()
@@ -193,10 +198,11 @@ class SqliteStore(TxStore):
     async def _read(self, op: Op[T]) -> T:
         lane = self._lane
         if lane is not None and op.touches and lane.loop is _running_loop():
-            # A write to this task is being committed: answer what it wrote, after it.
-            committing = lane.committing(op.touches)
-            if committing:
-                await asyncio.wait(committing)
+            # A write to this task is on its way: answer what it wrote, once it is
+            # committed (a moment at most: see FRESH_WAIT).
+            writing = lane.writing(op.touches)
+            if writing:
+                await asyncio.wait(writing, timeout=FRESH_WAIT)
         done = self._reader.run(op)
         if not isinstance(done, Busy):
             return done
