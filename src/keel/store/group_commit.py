@@ -103,8 +103,8 @@ class Wait:
     handoff: Any = None
     """What the runner worked out on the loop, for :meth:`GroupRunner.finish`."""
     committing: bool = False
-    """The group ran on the loop and only its COMMIT is left (the disk's fsync): reads of
-    the tasks it touches may wait for it (:meth:`Lane.writing`)."""
+    """The group ran on the loop and only its COMMIT is left (the disk's fsync): reads wait
+    for it (:meth:`Lane.written`)."""
     abandon: Callable[[], None] | None = None
     """Undo what the runner holds for ``handoff`` (a transaction, a lock) if the group
     cannot be handed to a thread after all (the executor is shut down)."""
@@ -216,6 +216,7 @@ class Lane:
         self._queue: list[_Queued] = []
         self._scheduled = False
         self._committing: list[_Queued] = []
+        self._delivered: list[_Queued] = []  # committed, callers told but not yet run
         self.flushing = False
         """Whether a group is running in a worker thread (the next waits for it)."""
         self.inflight: set[asyncio.Future[Any]] = set()
@@ -265,20 +266,42 @@ class Lane:
                 future.set_exception(self._late())
         self._arm()
 
-    def writing(self, task_ids: Sequence[str]) -> list[asyncio.Future[Any]]:
-        """The answers still to come of ops that touch any of ``task_ids`` and are being
-        committed (their group ran: :attr:`Wait.committing`) or queued for the next group
-        (unless a group waits for another process's lock): a read of those tasks that
-        waits for them sees what they wrote, a commit or two later, instead of the state
-        before (which a client polling for the outcome would then ask for again)."""
-        if self.flushing and not self._committing:
-            return []  # a group waits for a lock: the queue could wait as long
+    async def written(self, task_ids: Sequence[str], *, queued_for: float) -> None:
+        """Before a read on this loop: wait for writes in this process that it should see.
+
+        * The group being committed (:attr:`Wait.committing`): the read would see its
+          writes before their callers heard of them (a worker would take its own attempt's
+          write for another's). Waited for to the end (the disk's fsync): its ops that
+          touch ``task_ids``, or all of them for a read that names no task.
+        * Ops queued for the next group that touch ``task_ids``, unless a group waits for
+          another process's lock: for ``queued_for`` seconds at most, so that a poll sent
+          right after a write sees it instead of asking again.
+        """
         wanted = set(task_ids)
-        return [
+        committed = [
             future
-            for op, future in (*self._committing, *self._queue)
+            for op, future in (*self._committing, *self._delivered)
+            if not wanted or not wanted.isdisjoint(op.touches)
+        ]
+        if committed:
+            pending = [future for future in committed if not future.done()]
+            if pending:
+                await asyncio.wait(pending)  # their callers are woken first
+            else:
+                await asyncio.sleep(0)  # delivered: their callers are woken first
+        if not wanted or (self.flushing and not self._committing):
+            return  # nothing named, or the queue could wait as long as a lock
+        queued = [
+            future
+            for op, future in self._queue
             if not future.done() and not wanted.isdisjoint(op.touches)
         ]
+        if queued:
+            await asyncio.wait(queued, timeout=queued_for)
+
+    def _forget(self, batch: list[_Queued]) -> None:
+        if self._delivered is batch:
+            self._delivered = []
 
     async def drain(self) -> None:
         """Wait until every op submitted so far has its answer."""
@@ -349,7 +372,10 @@ class Lane:
             ran.after()
 
     def _flushed(self, batch: list[_Queued], outcomes: list[Outcome]) -> None:
-        self._committing = []
+        if self._committing:
+            self._committing = []
+            self._delivered = batch
+            self.loop.call_soon(self._forget, batch)  # once its callers have run
         _deliver(batch, outcomes)
         self.flushing = False
         if self._queue and not self._scheduled:

@@ -81,8 +81,8 @@ def _choice(
 
 
 FRESH_WAIT = 0.05
-"""Seconds a read of a task waits at most for a write of it that is queued or being
-committed in this process (see :meth:`Lane.writing`), before it reads what is committed."""
+"""Seconds a read of a task waits at most for a write of it queued in this process (see
+:meth:`Lane.written`), before it reads what is committed."""
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:
@@ -197,12 +197,10 @@ class SqliteStore(TxStore):
 
     async def _read(self, op: Op[T]) -> T:
         lane = self._lane
-        if lane is not None and op.touches and lane.loop is _running_loop():
-            # A write to this task is on its way: answer what it wrote, once it is
-            # committed (a moment at most: see FRESH_WAIT).
-            writing = lane.writing(op.touches)
-            if writing:
-                await asyncio.wait(writing, timeout=FRESH_WAIT)
+        if lane is not None and lane.loop is _running_loop():
+            # Writes on their way that this read should see, once they are committed and
+            # their callers know it.
+            await lane.written(op.touches, queued_for=FRESH_WAIT)
         done = self._reader.run(op)
         if not isinstance(done, Busy):
             return done
