@@ -10,7 +10,9 @@ everything queued by then as one group::
                                                         │  outcomes: delivered at once
                                                         │  Wait:     runner.finish(ops) in a
                                                         │            worker thread, delivered
-                                                        │            back on the loop
+                                                        │            back on the loop (also
+                                                        │            a group that ran and
+                                                        │            only commits there)
                                                         └  Regroup:  each op alone, in a thread
 
 The adapter supplies the :class:`GroupRunner`: how a group runs in one transaction.

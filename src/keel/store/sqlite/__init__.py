@@ -11,6 +11,8 @@
   the last commits.
 * Writes made together are committed in groups (:mod:`keel.store.group_commit`): one
   commit, one fsync, acknowledges the whole group, and nobody is told "done" before it.
+  The commit runs in the store's writer thread, so the event loop is not blocked on the
+  disk; reads use a read-only connection of their own (:mod:`.reads`).
 * While other processes write the same file, each group of writes is worked out against
   a read snapshot before the write lock is taken, and only checked and executed under it
   (:mod:`.planning`, ``?plan=auto|off`` in the URL), so that the lock is held for SQL and
@@ -18,9 +20,10 @@
 
 The package, one module per concern: :mod:`.connection` (open, pragmas, migrations, lock
 waits), :mod:`.tx` (the row primitives), :mod:`.planning`, :mod:`.writes` (a group in one
-transaction) and :mod:`.faults`, where ``sqlite3`` errors become :mod:`keel.errors` and
-nowhere else. Work runs in a thread whenever it may wait, so that waiting for the disk or
-for another process's lock never blocks the event loop.
+transaction), :mod:`.reads` (the read connection) and :mod:`.faults`, where ``sqlite3``
+errors become :mod:`keel.errors` and nowhere else. Work runs in a thread whenever it may
+wait, so that waiting for the disk or for another process's lock never blocks the event
+loop.
 """
 
 from __future__ import annotations
