@@ -13,6 +13,7 @@ through a flood of 10,000, and the poller's p99 latency within 2x of idle.
     uv run python bench/flood_bench.py --sessions 10000
     uv run python bench/flood_bench.py --sdk-defaults     # the SDK's limits (10,000; 30 min)
     uv run python bench/flood_bench.py --control          # flood another server: the baseline
+    uv run python bench/flood_bench.py --serve-arg=--session-rate=20   # other keel serve settings
 
 Loopback only, and bounded (at most 20,000 calls). Prints a table and writes JSON
 (``--out``, default ``bench/results/flood_bench.json``).
@@ -139,10 +140,23 @@ class Poller:
             self.latencies[self.phase].append((time.perf_counter() - started) * 1000)
 
 
-async def flood(url: str, calls: int, concurrency: int) -> tuple[Counter[str], float]:
+def outcome(status: int, body: dict[str, Any]) -> str:
+    """An answer by kind: ``HTTP 200``, or the status and JSON-RPC code, and for
+    Keel's ``-32052`` which limit refused it (the session limit, or the queue of
+    requests waiting their turn to open one)."""
+    if status == 200:
+        return "HTTP 200"
+    error = body.get("error", {}) if isinstance(body, dict) else {}
+    message = str(error.get("message", ""))
+    limit = next((f" ({s})" for s in ("--max-sessions", "--session-queue") if s in message), "")
+    return f"HTTP {status} {error.get('code', '')}{limit}"
+
+
+async def flood(url: str, calls: int, concurrency: int) -> dict[str, Any]:
     """``calls`` old-protocol initialize requests, ``concurrency`` at a time: the
-    answers by kind, and the seconds it took."""
+    answers by kind, the seconds it took, and how long the calls took (ms)."""
     outcomes: Counter[str] = Counter()
+    latencies: list[float] = []
     limiter = anyio.Semaphore(concurrency)
     headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
     body = json.dumps(INITIALIZE)
@@ -152,32 +166,39 @@ async def flood(url: str, calls: int, concurrency: int) -> tuple[Counter[str], f
 
         async def one() -> None:
             async with limiter:
+                sent = time.perf_counter()
                 try:
                     response = await http.post(url, content=body, headers=headers)
                 except httpx2.HTTPError as exc:
                     outcomes[type(exc).__name__] += 1
                     return
-                code = ""
-                if response.status_code != 200:
-                    error = response.json().get("error", {}) if response.text else {}
-                    code = f" {error.get('code', '')}"
-                outcomes[f"HTTP {response.status_code}{code}"] += 1
+                latencies.append((time.perf_counter() - sent) * 1000)
+                answer = response.json() if response.status_code != 200 and response.text else {}
+                outcomes[outcome(response.status_code, answer)] += 1
 
         started = time.perf_counter()
         async with anyio.create_task_group() as tg:
             for _ in range(calls):
                 tg.start_soon(one)
-        return outcomes, time.perf_counter() - started
+        seconds = time.perf_counter() - started
+    return {"outcomes": outcomes, "seconds": seconds, "calls": _stats(latencies)}
 
 
-async def flood_process(url: str, calls: int, concurrency: int) -> tuple[Counter[str], float]:
+async def flood_process(url: str, calls: int, concurrency: int) -> dict[str, Any]:
     """:func:`flood` in a process of its own (this script with ``--flood-only``), so
-    that the flood's client work does not slow the poller's event loop."""
+    that the flood's client work does not slow the poller's event loop; also the CPU
+    seconds that process used."""
     argv = [sys.executable, __file__, "--flood-only", url]
     argv += ["--sessions", str(calls), "--concurrency", str(concurrency)]
+    before = os.times()
     done = await anyio.run_process(argv)
-    report = json.loads(done.stdout)
-    return Counter(report["outcomes"]), float(report["seconds"])
+    after = os.times()
+    report: dict[str, Any] = json.loads(done.stdout)
+    report["client_cpu_seconds"] = round(
+        after.children_user + after.children_system - before.children_user - before.children_system,
+        2,
+    )
+    return report
 
 
 async def measure(url: str, flooded: str, pid: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -211,7 +232,7 @@ async def measure(url: str, flooded: str, pid: int, args: argparse.Namespace) ->
             poller.phase = "flood"
             flood_started = time.perf_counter() - begun
             cpu_before = cpu_seconds(pid)
-            outcomes, seconds = await flood_process(flooded, args.sessions, args.concurrency)
+            flooding = await flood_process(flooded, args.sessions, args.concurrency)
             cpu_used = cpu_seconds(pid) - cpu_before
             poller.phase = "after"
             stop_polling.set()
@@ -222,8 +243,10 @@ async def measure(url: str, flooded: str, pid: int, args: argparse.Namespace) ->
         "rss_before_mb": round(rss_before, 1),
         "rss_peak_mb": round(max(during or [rss_before]), 1),
         "rss_after_mb": round(rss_mb(pid), 1),
-        "flood_seconds": round(seconds, 2),
-        "flood_outcomes": dict(outcomes),
+        "flood_seconds": round(flooding["seconds"], 2),
+        "flood_outcomes": dict(flooding["outcomes"]),
+        "flood_calls": flooding["calls"],
+        "flood_client_cpu_seconds": flooding["client_cpu_seconds"],
         "server_cpu_seconds": round(cpu_used, 2),
         "server_cpu_ms_per_call": round(cpu_used * 1000 / args.sessions, 2),
         "poll_errors": poller.errors,
@@ -255,7 +278,7 @@ def start_server(folder: Path, args: argparse.Namespace) -> tuple[str, subproces
         else ["--max-sessions", str(args.max_sessions)]
     )
     argv = [str(KEEL), "serve", "--app", "conformance", "--host", HOST, "--port", str(port)]
-    argv += ["--data-dir", str(folder / "data"), *limits]
+    argv += ["--data-dir", str(folder / "data"), *limits, *args.serve_arg]
     process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         anyio.run(wait_ready, url, process)
@@ -292,6 +315,13 @@ def main() -> None:
     parser.add_argument("--max-sessions", type=int, default=1_000, help="keel serve's limit")
     parser.add_argument("--sdk-defaults", action="store_true", help="the SDK's own limits")
     parser.add_argument(
+        "--serve-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="another keel serve argument (repeatable): --serve-arg=--session-rate=20",
+    )
+    parser.add_argument(
         "--control",
         action="store_true",
         help="flood another keel serve instead: what the machine's load alone does to the poller",
@@ -304,8 +334,7 @@ def main() -> None:
     if args.flood_only:  # the flooding process of flood_process
         if not args.flood_only.startswith(f"http://{HOST}:"):
             parser.error("loopback only")
-        outcomes, seconds = anyio.run(flood, args.flood_only, args.sessions, args.concurrency)
-        print(json.dumps({"outcomes": outcomes, "seconds": seconds}))
+        print(json.dumps(anyio.run(flood, args.flood_only, args.sessions, args.concurrency)))
         return
     result = run(args)
     idle, during = result["idle"], result["flood"]
@@ -314,7 +343,13 @@ def main() -> None:
     print(f"  keel serve --app conformance, max sessions {limits}")
     if args.control:
         print("  CONTROL: the flood hits another keel serve; the polled one is not flooded")
+    calls = result["flood_calls"]
     print(f"  flood took {result['flood_seconds']} s: {result['flood_outcomes']}")
+    print(
+        f"  a flood call took {calls['p50_ms']} ms (p50), {calls['p99_ms']} ms (p99), "
+        f"{calls['max_ms']} ms (max); the flooding client used "
+        f"{result['flood_client_cpu_seconds']} s of CPU"
+    )
     print(
         f"  server CPU in the flood: {result['server_cpu_seconds']} s, "
         f"{result['server_cpu_ms_per_call']} ms per call"

@@ -17,16 +17,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx2
 from mcp.server import MCPServer
 
 from keel.mcp.access import HttpAccess, ServerAuth
+from keel.mcp.admission import SessionGate
 from keel.mcp.serving import app_server
 from keel.runtime import Keel
 from keel.store import SqliteStore
 from tasks_extension.support import build_app, serve_asgi
 
-__all__ = ["WAIT", "Raw", "build", "raw", "serve_asgi", "serve_guarded"]
+__all__ = ["WAIT", "ManualClock", "Raw", "build", "raw", "serve_asgi", "serve_guarded"]
 
 WAIT = 15.0  # seconds any one step may take (bounded waits, never sleeps)
 HOST = "127.0.0.1"
@@ -41,17 +43,44 @@ def build(folder: Path, auth: ServerAuth | None = None) -> MCPServer[Any]:
 
 @asynccontextmanager
 async def serve_guarded(
-    server: MCPServer[Any], access: HttpAccess | None = None
+    server: MCPServer[Any], access: HttpAccess | None = None, gate: SessionGate | None = None
 ) -> AsyncIterator[str]:
     """Serve ``server`` behind ``access`` (default: the defaults of a loopback bind) on
-    127.0.0.1; yield the MCP endpoint's URL; stop the server when the block ends."""
+    127.0.0.1, new sessions admitted by ``gate`` (default: ``access``'s, on the real
+    clock); yield the MCP endpoint's URL; stop the server when the block ends."""
     sock = socket.socket()
     sock.bind((HOST, 0))
     port = int(sock.getsockname()[1])
     access = access or HttpAccess.for_bind(HOST, port)
-    app = access.app(server, host=HOST, streamable_http_path="/mcp", json_response=True)
+    app = access.app(server, host=HOST, gate=gate, streamable_http_path="/mcp", json_response=True)
     async with serve_asgi(app, sock) as base:
         yield f"{base}/mcp"
+
+
+class ManualClock:
+    """A :class:`keel.mcp.admission.Clock` that moves only when a test says so."""
+
+    def __init__(self) -> None:
+        self.time = 0.0
+        self.sleepers: list[tuple[float, anyio.Event]] = []
+
+    def now(self) -> float:
+        return self.time
+
+    async def sleep_until(self, deadline: float) -> None:
+        if deadline <= self.time:
+            return
+        woken = anyio.Event()
+        self.sleepers.append((deadline, woken))
+        await woken.wait()
+
+    def advance(self, seconds: float) -> None:
+        """Move on by ``seconds``; wake whoever slept until then."""
+        self.time += seconds
+        due = [s for s in self.sleepers if s[0] <= self.time]
+        self.sleepers = [s for s in self.sleepers if s[0] > self.time]
+        for _, woken in due:
+            woken.set()
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@ allow-lists and old-protocol session limits (what they do: :mod:`keel.mcp.access
 
 They are read like keel serve's other options (command line, environment, the
 ``[serve]`` table of keel.toml: ``auth``, ``insecure_no_auth``, ``allowed_hosts``,
-``allowed_origins``, ``max_sessions``, ``session_idle_timeout``, ``jwt_issuer``,
+``allowed_origins``, ``max_sessions``, ``session_idle_timeout``, ``session_rate``,
+``session_burst``, ``session_queue``, ``session_openings``, ``jwt_issuer``,
 ``jwt_audience``, ``jwt_jwks_url``, ``operators``), and reach ``serve`` among its other
 keyword arguments, which :func:`serve_access` takes them from.
 
@@ -46,13 +47,16 @@ __all__ = [
 ACCESS_KEYS = frozenset(
     {
         "auth", "insecure_no_auth", "allowed_hosts", "allowed_origins", "max_sessions",
-        "session_idle_timeout", "jwt_issuer", "jwt_audience", "jwt_jwks_url", "operators",
+        "session_idle_timeout", "session_rate", "session_burst", "session_queue",
+        "session_openings", "jwt_issuer", "jwt_audience", "jwt_jwks_url", "operators",
     }
 )  # fmt: skip
 """The ``[serve]`` keys of these options (the parameter names ``serve`` receives)."""
 
 DEFAULT_MAX_SESSIONS = 1_000  # keel.mcp.access.MAX_SESSIONS (not imported: keel --help stays fast)
 DEFAULT_IDLE = 300.0  # seconds: keel.mcp.access.SESSION_IDLE_TIMEOUT
+# keel.mcp.admission.SESSION_RATE (a second), SESSION_BURST, SESSION_QUEUE, SESSION_OPENINGS
+DEFAULT_RATE, DEFAULT_BURST, DEFAULT_QUEUE, DEFAULT_OPENINGS = 50.0, 50, 200, 8
 
 
 class _Names(click.ParamType[str]):
@@ -146,11 +150,50 @@ ACCESS_OPTIONS: list[Callable[[Any], Any]] = [
         metavar="SECONDS",
         help="A 2025-11-25 session with no request for this long is closed.",
     ),
+    click.option(
+        "--session-rate",
+        default=DEFAULT_RATE,
+        show_default=True,
+        type=click.FloatRange(0.01, 1_000_000.0),
+        envvar="KEEL_SESSION_RATE",
+        metavar="PER_SECOND",
+        help="New 2025-11-25 sessions opened a second; requests to open more wait their turn.",
+    ),
+    click.option(
+        "--session-burst",
+        default=DEFAULT_BURST,
+        show_default=True,
+        type=click.IntRange(1, 1_000_000),
+        envvar="KEEL_SESSION_BURST",
+        help="New 2025-11-25 sessions that may open at once after a quiet spell.",
+    ),
+    click.option(
+        "--session-queue",
+        default=DEFAULT_QUEUE,
+        show_default=True,
+        type=click.IntRange(0, 1_000_000),
+        envvar="KEEL_SESSION_QUEUE",
+        help="Requests to open a 2025-11-25 session that may wait for their turn; more are "
+        "refused at once (HTTP 503, Retry-After).",
+    ),
+    click.option(
+        "--session-openings",
+        default=DEFAULT_OPENINGS,
+        show_default=True,
+        type=click.IntRange(1, 100_000),
+        envvar="KEEL_SESSION_OPENINGS",
+        help="Requests to open a 2025-11-25 session served at once; others wait their turn.",
+    ),
     *AUTH_OPTIONS[1:],  # --jwt-*, --operators
 ]
 
 _STRINGS = frozenset({"auth", "jwt_issuer", "jwt_audience", "jwt_jwks_url"})
 _LISTS = frozenset({"allowed_hosts", "allowed_origins"})
+_INTEGERS = frozenset({"max_sessions", "session_burst", "session_queue", "session_openings"})
+_NUMBERS = {
+    "session_idle_timeout": "a number of seconds",
+    "session_rate": "a number of sessions a second",
+}
 
 
 def access_problem(key: str, value: object) -> str | None:
@@ -168,12 +211,12 @@ def access_problem(key: str, value: object) -> str | None:
         return f"must be a list of names (or one string, names separated by commas), not {value!r}"
     if key == "insecure_no_auth" and not isinstance(value, bool):
         return f"must be true or false, not {value!r}"
-    if key == "max_sessions" and (isinstance(value, bool) or not isinstance(value, int)):
+    if key in _INTEGERS and (isinstance(value, bool) or not isinstance(value, int)):
         return f"must be an integer, not {value!r}"
-    if key == "session_idle_timeout" and (
+    if key in _NUMBERS and (
         isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)
     ):
-        return f"must be a number of seconds, not {value!r}"
+        return f"must be {_NUMBERS[key]}, not {value!r}"
     return None
 
 
@@ -200,6 +243,7 @@ def serve_access(host: str, port: int, options: dict[str, Any]) -> ServeAccess:
         KeelError: the token file or the JWT settings cannot be used.
     """
     from keel.mcp.access import HttpAccess, bind_problem, is_loopback
+    from keel.mcp.admission import SessionRate
 
     values = {key: options.pop(key) for key in ACCESS_KEYS if key in options}
     auth = _auth(str(values.get("auth") or "none"), host, port, values)
@@ -214,6 +258,12 @@ def serve_access(host: str, port: int, options: dict[str, Any]) -> ServeAccess:
         origins=values.get("allowed_origins") or (),
         max_sessions=values.get("max_sessions", DEFAULT_MAX_SESSIONS),
         session_idle_timeout=values.get("session_idle_timeout", DEFAULT_IDLE),
+        session_rate=SessionRate(
+            rate=values.get("session_rate", DEFAULT_RATE),
+            burst=values.get("session_burst", DEFAULT_BURST),
+            queue=values.get("session_queue", DEFAULT_QUEUE),
+            openings=values.get("session_openings", DEFAULT_OPENINGS),
+        ),
     )
     if auth is None and insecure and not is_loopback(host):
         warn(f"--insecure-no-auth: anyone who can reach {host}:{port} may call every tool")

@@ -10,10 +10,11 @@ limits on old-protocol sessions, and the bearer authentication the server is bui
   other route the app serves (the protected-resource metadata, custom routes). A wrong
   ``Host`` is answered 421, a wrong ``Origin`` 403, before authentication is looked at.
 * **Old-protocol sessions** (2025-11-25 clients, which keep a session per connection in
-  the server's memory): at most :data:`MAX_SESSIONS` at once (more are refused with the
-  SDK's 503 "Too many open sessions"), each closed after
-  :data:`SESSION_IDLE_TIMEOUT` seconds without a request. Current-protocol (2026-07-28)
-  requests hold no session and are not counted.
+  the server's memory): at most :data:`MAX_SESSIONS` at once (more are refused:
+  :class:`SessionsFull`), each closed after :data:`SESSION_IDLE_TIMEOUT` seconds without
+  a request, and opened at a bounded rate, the requests over it waiting their turn in a
+  bounded queue before the SDK sees them (:mod:`keel.mcp.admission`). Current-protocol
+  (2026-07-28) requests hold no session and are neither counted nor held.
 * **Authentication** (:class:`ServerAuth`): a ``TokenVerifier`` (bearer tokens of a token
   file, :mod:`keel.mcp.tokens`; JWTs of an OAuth 2.1 authorization server,
   :mod:`keel.mcp.jwt_auth`) and the SDK's ``AuthSettings``, which the ``MCPServer`` is
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import math
 import socket
 from collections.abc import Iterable, Mapping
 from contextvars import ContextVar
@@ -45,6 +47,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from keel.errors import ConfigurationError
+from keel.mcp.admission import SessionAdmission, SessionGate, SessionRate, opens_session
 from keel.mcp.wire import AUTH_UNAVAILABLE, SESSIONS_FULL
 
 __all__ = [
@@ -61,6 +64,7 @@ __all__ = [
     "is_loopback",
     "own_url",
     "report_auth_outage",
+    "retry_response",
 ]
 
 MAX_SESSIONS = 1_000
@@ -162,6 +166,7 @@ class HttpAccess:
     allowed_origins: tuple[str, ...]
     max_sessions: int | None = MAX_SESSIONS
     session_idle_timeout: float | None = SESSION_IDLE_TIMEOUT
+    session_rate: SessionRate = field(default_factory=SessionRate)
 
     @classmethod
     def for_bind(
@@ -173,6 +178,7 @@ class HttpAccess:
         origins: Iterable[str] = (),
         max_sessions: int | None = MAX_SESSIONS,
         session_idle_timeout: float | None = SESSION_IDLE_TIMEOUT,
+        session_rate: SessionRate | None = None,
     ) -> HttpAccess:
         """The defaults for a server bound to ``host:port`` (loopback names with any
         port, the bound address, or this machine's name on a wildcard bind), plus the
@@ -192,6 +198,7 @@ class HttpAccess:
             allowed_origins=_unique([*own_origins, *(_checked_origin(o) for o in origins)]),
             max_sessions=max_sessions,
             session_idle_timeout=session_idle_timeout,
+            session_rate=session_rate or SessionRate(),
         )
 
     @property
@@ -209,11 +216,14 @@ class HttpAccess:
         *,
         host: str,
         mounts: Mapping[str, ASGIApp] | None = None,
+        gate: SessionGate | None = None,
         **options: Any,
     ) -> ASGIApp:
         """``server``'s Streamable HTTP app (``options`` as ``streamable_http_app`` takes
         them) with these limits and ``mounts`` (other apps by path) beside it, every route
-        behind the allow-lists."""
+        behind the allow-lists; new sessions admitted by ``gate`` (default: one of
+        :attr:`session_rate` on the monotonic clock; tests give one with a clock of
+        their own), unless ``stateless_http``: then the SDK keeps no session."""
         security = self.transport_security
         app = server.streamable_http_app(
             host=host,
@@ -224,7 +234,12 @@ class HttpAccess:
         )
         for path, mounted in (mounts or {}).items():
             app.mount(path, mounted)
-        return HostOriginGuard(SessionsFull(AuthOutageGuard(app), self), security)
+        guarded: ASGIApp = SessionsFull(AuthOutageGuard(app), self)
+        if not options.get("stateless_http"):
+            endpoint = str(options.get("streamable_http_path", "/mcp"))
+            gate = gate or SessionGate(self.session_rate)
+            guarded = SessionAdmission(guarded, gate, endpoint, _queue_full(gate.limits))
+        return HostOriginGuard(guarded, security)
 
     def describe(self) -> list[str]:
         """Lines for ``keel serve``'s startup message."""
@@ -234,7 +249,27 @@ class HttpAccess:
             f"  origins: {', '.join(o for o in self.allowed_origins if o.startswith('http://'))}"
             " (and https)",
             f"  2025-11-25 sessions: at most {self.max_sessions}, closed when idle {idle}",
+            self.session_rate.describe(),
         ]
+
+
+def _queue_full(limits: SessionRate) -> Response:
+    """The answer to a session-opening request beyond the queue (prepared once: the
+    same bytes for every such request)."""
+    waiting = (
+        f"{limits.queue} requests are already waiting to open a 2025-11-25 session, the "
+        "most that may wait"
+        if limits.queue
+        else "a request to open a 2025-11-25 session came sooner than the rate allows, and "
+        "none may wait"
+    )
+    return retry_response(
+        SESSIONS_FULL,
+        f"{waiting} (keel serve --session-queue); sessions open at {limits.rate:g} a second "
+        f"(--session-rate): try again in {limits.drain_seconds:g} s, or use protocol "
+        "2026-07-28, which needs no session",
+        limits.drain_seconds,
+    )
 
 
 def _unique(items: Iterable[str]) -> tuple[str, ...]:
@@ -298,8 +333,9 @@ class SessionsFull:
     ``data.retryAfterMs`` and a ``Retry-After`` header. Any other answer passes as is.
 
     The SDK has no seam for that answer; its session manager writes it itself. This
-    watches the responses to requests that would open a session (no
-    ``Mcp-Session-Id``) and replaces that one body, recognised by status and message.
+    watches the responses to requests that would open a session
+    (:func:`~keel.mcp.admission.opens_session`) and replaces that one body, recognised
+    by status and message.
     """
 
     SDK_MESSAGE = b"Too many open sessions"
@@ -309,10 +345,7 @@ class SessionsFull:
         self.access = access
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        opens_session = scope["type"] == "http" and not any(
-            name == b"mcp-session-id" for name, _ in scope.get("headers", ())
-        )
-        if not opens_session:
+        if scope["type"] != "http" or not opens_session(scope):
             await self.app(scope, receive, send)
             return
         held: list[Message] = []  # a 503's messages, until its body shows what it is
@@ -344,14 +377,7 @@ class SessionsFull:
             + (f" or idles out ({idle:g} s)" if idle is not None else "")
             + ", or use protocol 2026-07-28, which needs no session"
         )
-        retry_ms = round(SESSIONS_FULL_RETRY * 1000)
-        error = {"code": SESSIONS_FULL, "message": message, "data": {"retryAfterMs": retry_ms}}
-        return Response(
-            json.dumps({"jsonrpc": "2.0", "id": None, "error": error}),
-            status_code=503,
-            media_type="application/json",
-            headers={"Retry-After": str(round(SESSIONS_FULL_RETRY))},
-        )
+        return retry_response(SESSIONS_FULL, message, SESSIONS_FULL_RETRY)
 
 
 @dataclass(slots=True)
@@ -420,11 +446,16 @@ def _outage_response(cause: str) -> Response:
         f"cannot check the access token now: {cause}. This is the server's authentication "
         f"failing, not the token: try again in {AUTH_OUTAGE_RETRY:g} s"
     )
-    retry_ms = round(AUTH_OUTAGE_RETRY * 1000)
-    error = {"code": AUTH_UNAVAILABLE, "message": message, "data": {"retryAfterMs": retry_ms}}
+    return retry_response(AUTH_UNAVAILABLE, message, AUTH_OUTAGE_RETRY)
+
+
+def retry_response(code: int, message: str, retry_after: float) -> Response:
+    """HTTP 503 with ``Retry-After`` and a JSON-RPC error (no request id): ``code``,
+    ``message`` and ``data.retryAfterMs``. The response may be sent any number of times."""
+    error = {"code": code, "message": message, "data": {"retryAfterMs": round(retry_after * 1000)}}
     return Response(
         json.dumps({"jsonrpc": "2.0", "id": None, "error": error}),
         status_code=503,
         media_type="application/json",
-        headers={"Retry-After": str(round(AUTH_OUTAGE_RETRY))},
+        headers={"Retry-After": str(max(1, math.ceil(retry_after)))},
     )

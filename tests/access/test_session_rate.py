@@ -1,0 +1,122 @@
+"""The rate of new old-protocol sessions (issue 15: an ``initialize`` flood must not slow
+current-protocol clients), on a real server on 127.0.0.1: requests that would open a
+2025-11-25 session over the rate wait their turn in order, those beyond the queue are
+refused at once (503, ``SESSIONS_FULL`` naming ``--session-queue``, ``retryAfterMs``,
+``Retry-After``), while 2026-07-28 requests and an existing session's requests are
+answered at once; a refusal changes nothing in the store."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from access.support import WAIT, ManualClock, Raw, raw, serve_guarded
+from keel.mcp.admission import SessionGate, SessionRate
+from keel.mcp.serving import app_server
+from keel.mcp.wire import SESSIONS_FULL
+from keel.runtime import Keel
+from keel.store import SqliteStore
+from keel_serve import KeelServe
+from tasks_extension.support import build_app, poll, post
+
+pytestmark = pytest.mark.anyio
+
+SESSION = "mcp-session-id"
+V2025 = {"MCP-Protocol-Version": "2025-11-25"}
+PING = {"jsonrpc": "2.0", "id": 2, "method": "ping", "params": {}}
+
+
+async def until(condition: Any) -> None:
+    """Until ``condition()`` holds (bounded): the server runs in this event loop, but
+    the requests cross a socket, so there is no event to wait on."""
+    with anyio.fail_after(WAIT):
+        while not condition():  # noqa: ASYNC110
+            await anyio.sleep(0.01)
+
+
+def check_refusal(refused: Raw, setting: str) -> None:
+    assert refused.status == 503, refused
+    error = refused.json["error"]
+    assert error["code"] == SESSIONS_FULL
+    assert setting in error["message"]
+    assert "2026-07-28" in error["message"]
+    assert error["data"]["retryAfterMs"] >= 1000
+    assert int(refused.headers["retry-after"]) * 1000 == error["data"]["retryAfterMs"]
+
+
+async def test_a_burst_over_the_rate_waits_its_turn(tmp_path: Path) -> None:
+    """Rate 1/s, burst 1, queue 2, on a clock the test moves: the first initialize is
+    answered at once; the next two wait, in order; a fourth is refused at once, unread,
+    and the store is as it was. Meanwhile a 2026-07-28 ``tools/call`` and
+    ``tasks/get`` and the first session's ``ping`` are answered. Each second of the
+    clock lets one waiting session open."""
+    app = build_app(Keel(SqliteStore(tmp_path / "keel.db")))
+    clock = ManualClock()
+    gate = SessionGate(SessionRate(rate=1.0, burst=1, queue=2, openings=8), clock)
+    opened: list[tuple[int, Raw]] = []
+
+    async def opening(n: int) -> None:
+        opened.append((n, await raw(url)))
+
+    async with serve_guarded(app_server(app, "rate-tests", state_dir=tmp_path), gate=gate) as url:
+        first = await raw(url)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(opening, 2)
+            await until(lambda: gate.waiting == 1)
+            tg.start_soon(opening, 3)
+            await until(lambda: gate.waiting == 2)
+            before = await app.store.list(limit=100)
+            refused = await raw(url)
+            after = await app.store.list(limit=100)
+            created = await post(url, "tools/call", {"name": "quick", "arguments": {"n": 2}})
+            task = await poll(url, created.result["taskId"], "completed")
+            ping = await raw(url, body=PING, headers={SESSION: first.headers[SESSION], **V2025})
+            assert opened == []  # still waiting through all of that
+            clock.advance(1.0)
+            await until(lambda: len(opened) == 1)
+            clock.advance(1.0)
+    assert first.status == 200, first
+    check_refusal(refused, "--session-queue")
+    assert "2 requests are already waiting" in refused.json["error"]["message"]
+    assert before == after
+    assert task["result"]["structuredContent"] == {"n": 4}
+    assert ping.status == 200, ping
+    assert [n for n, _ in opened] == [2, 3]
+    assert all(answer.status == 200 for _, answer in opened), opened
+    sessions = {first.headers[SESSION], *(answer.headers[SESSION] for _, answer in opened)}
+    assert len(sessions) == 3
+
+
+@pytest.mark.slow
+async def test_keel_serve_refuses_sessions_over_its_rate(tmp_path: Path) -> None:
+    """``keel serve --session-rate 0.01 --session-burst 2 --session-queue 0`` (the
+    rate from keel.toml): two sessions open, a third is refused at once naming the
+    settings, while the open session and a 2026-07-28 client are served; the startup
+    message shows the limits."""
+    env = {**os.environ, "KEEL_STORE": "", "KEEL_APP": "", "KEEL_AUTH": ""}
+    (tmp_path / "keel.toml").write_text("[serve]\nsession_rate = 0.01\n")
+    args = ["--app", "conformance", "--data-dir", str(tmp_path / "data")]
+    server = KeelServe(
+        [*args, "--session-burst", "2", "--session-queue", "0"],
+        cwd=tmp_path,
+        env=env,
+        log=tmp_path / "serve.log",
+    )
+    server.start()
+    try:
+        await server.ready()
+        first, second, third = await raw(server.url), await raw(server.url), await raw(server.url)
+        listed = await post(server.url, "tools/list")
+        ping = await raw(server.url, body=PING, headers={SESSION: first.headers[SESSION], **V2025})
+    finally:
+        assert server.stop() == 0, server.output()
+    assert [first.status, second.status] == [200, 200]
+    check_refusal(third, "--session-rate")
+    assert "none may wait" in third.json["error"]["message"]
+    assert listed.status == 200, listed
+    assert ping.status == 200, ping
+    assert "new 2025-11-25 sessions: 0.01 a second (bursts of 2)" in server.output()
