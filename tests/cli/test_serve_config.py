@@ -124,6 +124,20 @@ def test_rate_limiting_is_shown_when_on() -> None:
     assert "polls:   not rate-limited" in check().output
 
 
+def test_the_rate_of_new_sessions_is_shown_from_keel_toml_and_options() -> None:
+    """The ``session_*`` keys of keel.toml, overridden by the options, in --check's
+    printout; the defaults without them."""
+    assert "new 2025-11-25 sessions: 50 a second (bursts of 50), 8 opening at once, 200 more" in (
+        check().output
+    )
+    Path("rate.toml").write_text("[serve]\nsession_rate = 2.5\nsession_queue = 0\n")
+    result = check("--config", "rate.toml", "--session-burst", "3", "--session-openings", "1")
+    assert result.exit_code == 0, result.output
+    assert "new 2025-11-25 sessions: 2.5 a second (bursts of 3), 1 opening at once, 0 more" in (
+        result.output
+    )
+
+
 def test_a_port_in_use_is_one_line_before_anything_serves() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -144,6 +158,11 @@ def test_a_port_in_use_is_one_line_before_anything_serves() -> None:
         ('verbose = "maybe"', "[serve] verbose must be true or false"),
         ("traces = [1, 2]", "[serve] traces must be a path or a list of paths"),
         ("pace = true", "[serve] pace must be a preset name or seconds"),
+        ('session_rate = "fast"', "[serve] session_rate must be a number of sessions a second"),
+        ("session_queue = 1.5", "[serve] session_queue must be an integer"),
+        ("session_burst = true", "[serve] session_burst must be an integer"),
+        ("session_queue = -1", "'--session-queue': -1 is not in the range 0<=x<=1000000"),
+        ("session_rate = 0", "'--session-rate': 0.0 is not in the range 0.01<=x<=1000000.0"),
     ],
 )
 def test_a_config_value_of_the_wrong_type_is_refused_naming_it(line: str, message: str) -> None:
