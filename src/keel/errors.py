@@ -289,14 +289,27 @@ class WalLost(StoreError):
     copied alone). Opening it anyway would silently roll back acknowledged writes, so it
     is refused until the log is put back, or the loss is accepted (``?lost_wal=accept``).
 
+    Or (``running``) the log was deleted while a process that has the store open still
+    runs: that process still holds the log (its open file) and writes to it, and a clean
+    stop of it folds the log into ``keel.db``; another opener meanwhile would see a store
+    without those writes and write a log of its own beside it.
+
     Attributes:
         path: the database file.
         holders: who had it open and did not close it (``"pid 4711 on host-a since …"``).
+        running: the holders still run (the log was deleted under them).
     """
 
-    def __init__(self, path: str, holders: list[str]) -> None:
+    def __init__(self, path: str, holders: list[str], *, running: bool = False) -> None:
+        who = "; ".join(holders)
         super().__init__(
-            f"store {path} was not closed cleanly ({'; '.join(holders)} did not close it) "
+            f"store {path}: its write-ahead log {path}-wal was deleted while {who} still "
+            f"has the store open and writes to that log: opening it now would show {path} "
+            f"without those writes. Stop that process cleanly (SIGTERM: closing the store "
+            f"folds its log into {path}), then retry; or open it with the store URL option "
+            f"?lost_wal=accept to go on with what {path} holds"
+            if running
+            else f"store {path} was not closed cleanly ({who} did not close it) "
             f"and its write-ahead log {path}-wal is missing: the writes it held are not in "
             f"{path}. Put {path}-wal back beside it (as it was, with {path}-shm if you have "
             f"it) and retry, restore a backup (keel backup), or open it with the store URL "
@@ -304,6 +317,7 @@ class WalLost(StoreError):
         )
         self.path = path
         self.holders = holders
+        self.running = running
 
 
 class NotAStore(StoreError):

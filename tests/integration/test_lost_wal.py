@@ -150,6 +150,78 @@ async def test_a_backup_made_while_another_process_holds_the_store_opens(
         await restored.close()
 
 
+LIVE_HOLDER = """
+import asyncio, sys
+from keel.store import SqliteStore
+
+async def main():
+    store = SqliteStore(sys.argv[1])
+    ids = [(await store.create(name="job")).task_id for _ in range(20)]
+    print(" ".join(ids), flush=True)
+    sys.stdin.readline()  # the log is deleted meanwhile
+    ids = [(await store.create(name="job")).task_id for _ in range(5)]
+    await store.close()
+    print(" ".join(ids), flush=True)
+
+asyncio.run(main())
+"""
+
+
+@contextmanager
+def live_holder(db: Path) -> Iterator[tuple[subprocess.Popen[str], list[str]]]:
+    """A process that opens ``db``, creates 20 tasks and prints their ids, then, on a
+    line of its stdin, creates 5 more, closes the store cleanly and prints theirs."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", LIVE_HOLDER, str(db)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        ids = proc.stdout.readline().split()
+        assert len(ids) == 20, "the holder did not create its tasks"
+        yield proc, ids
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+        for pipe in (proc.stdin, proc.stdout):
+            if pipe is not None:
+                pipe.close()
+
+
+async def test_a_wal_deleted_under_a_running_process_is_refused(tmp_path: Path) -> None:
+    """Another process has the store open, with acknowledged tasks in its log, and the
+    log is deleted under it: opening the store is refused (WalLost, ``running``, naming
+    that process and telling to stop it cleanly), the file left as it was. That process
+    goes on writing to the deleted log, and its clean close folds every task into the
+    file, as the error says."""
+    db = tmp_path / "keel.db"
+    SqliteStore(db).close_sync()
+    with live_holder(db) as (holder, first):
+        _lose_wal(db)
+        before = _digest(db)
+        with pytest.raises(WalLost) as refused:
+            SqliteStore(db)
+        assert refused.value.running
+        assert f"pid {holder.pid} on " in str(refused.value)
+        assert "Stop that process cleanly" in str(refused.value)
+        assert _digest(db) == before
+        assert wal_size(db) is None, "the refused open left no log behind"
+        assert holder.stdin is not None
+        assert holder.stdout is not None
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        then = holder.stdout.readline().split()
+        assert holder.wait(timeout=30) == 0
+    store = SqliteStore(db)
+    try:
+        assert {t.task_id for t in await store.list(limit=100)} == {*first, *then}
+    finally:
+        await store.close()
+
+
 def test_lost_wal_takes_refuse_or_accept(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="lost_wal must be 'refuse' or 'accept'"):
         open_store(f"sqlite:///{tmp_path}/k.db?lost_wal=maybe")
@@ -182,8 +254,9 @@ def test_a_reused_pid_is_not_taken_for_the_process_that_crashed(tmp_path: Path) 
 
 
 def test_this_process_recorded_under_its_own_identity_is_alive(tmp_path: Path) -> None:
-    """A row of a live process (this one, as it identifies itself) is never a crash's:
-    another opener may only be starting."""
+    """A row of this very process, which has no connection open, is never a crash's:
+    one of its connections closed without removing its row (the removal failed), which
+    SQLite's close then followed by deleting the log."""
     db = tmp_path / "keel.db"
     _record_stale(db, os.getpid(), process_identity(os.getpid()))
     SqliteStore(db).close_sync()

@@ -12,12 +12,24 @@ Keel tells the two apart with a row per open connection in ``keel_sessions`` (mi
 passive checkpoint), deleted when it closes. While any connection is open the log
 exists, so when a store is opened and its log is missing, no one else has it open; a
 row in the file then is a connection that never closed (its process killed, or the
-machine stopped) and whose log is gone: :class:`~keel.errors.WalLost`, naming who. Rows
-of processes of this host that are alive are not counted (one may be opening just now):
-alive means the same pid *and* the same boot and start time (:func:`process_identity`),
+machine stopped) and whose log is gone: :class:`~keel.errors.WalLost`, naming who.
+Alive means the same pid *and* the same boot and start time (:func:`process_identity`),
 so a pid reused after a crash is not taken for the crashed process. Rows of processes
 that died while the log survived are removed at the next open (their commits were
 recovered from the log).
+
+A row of another process of this host that is alive, with the log missing, is a log
+deleted under a running process (``WalLost`` with ``running``): that process's open
+connection means a log exists, since SQLite removes it only when the last connection
+closes, and a connection records its row only once it has the log, under
+:func:`opening`, and removes it before closing. That process still has the deleted log
+open and writes to it; a clean stop folds it into the file, so nothing is lost unless
+another process opens the store meanwhile (it would see the file without those writes,
+start a log of its own, and have it deleted by that process's close). The deletion is
+caught at the next open, not by the running process itself (its commits go on
+succeeding into the deleted file until it stops). This process's own rows are not
+counted: a connection of this process that closed without removing its row (the
+removal failed: a full disk) leaves one while the process lives.
 
 Opens are serialized (:func:`opening`, a lock of the store's folder), so that two
 processes opening at once cannot each take the other's new log for the old one.
@@ -129,9 +141,17 @@ class Session:
             WalLost: the log is missing and a connection that never closed is recorded
                 (unless ``lost_wal`` is ``"accept"``).
         """
-        gone = self._gone(sql)
-        if gone and not wal_was_present and lost_wal is not LostWal.ACCEPT:
-            raise WalLost(str(path), [_describe(row) for row in gone])
+        rows = sql.execute("SELECT * FROM keel_sessions").fetchall()
+        gone = [row for row in rows if self._is_gone(row)]
+        if not wal_was_present and lost_wal is not LostWal.ACCEPT:
+            gone_tokens = {row["token"] for row in gone}
+            running = [
+                r for r in rows if r["token"] not in gone_tokens and int(r["pid"]) != os.getpid()
+            ]
+            if running:
+                raise WalLost(str(path), [_describe(row) for row in running], running=True)
+            if gone:
+                raise WalLost(str(path), [_describe(row) for row in gone])
         sql.execute("BEGIN IMMEDIATE")
         try:
             tokens = [(row["token"],) for row in gone]
@@ -149,15 +169,15 @@ class Session:
         # its log that must say so. Passive: it never waits for another connection.
         sql.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
-    def _gone(self, sql: sqlite3.Connection) -> list[sqlite3.Row]:
-        """Recorded connections whose process is gone (another host's: unknowable,
+    def _is_gone(self, row: sqlite3.Row) -> bool:
+        """Whether a recorded connection's process is gone (another host's: unknowable,
         counted as gone; SQLite's locks do not span hosts, so it cannot have it open)."""
+        return row["host"] != self.host or not _alive(int(row["pid"]), str(row["identity"]))
+
+    def _gone(self, sql: sqlite3.Connection) -> list[sqlite3.Row]:
+        """Recorded connections whose process is gone."""
         rows = sql.execute("SELECT * FROM keel_sessions").fetchall()
-        return [
-            r
-            for r in rows
-            if r["host"] != self.host or not _alive(int(r["pid"]), str(r["identity"]))
-        ]
+        return [row for row in rows if self._is_gone(row)]
 
     def end(self, sql: sqlite3.Connection) -> None:
         """Remove this connection's row, and those of processes that are gone (before the
