@@ -64,7 +64,6 @@ __all__ = [
     "is_loopback",
     "own_url",
     "report_auth_outage",
-    "retry_response",
 ]
 
 MAX_SESSIONS = 1_000
@@ -263,11 +262,11 @@ def _queue_full(limits: SessionRate) -> Response:
         else "a request to open a 2025-11-25 session came sooner than the rate allows, and "
         "none may wait"
     )
-    return retry_response(
+    return _retry_response(
         SESSIONS_FULL,
-        f"{waiting} (keel serve --session-queue); sessions open at {limits.rate:g} a second "
-        f"(--session-rate): try again in {limits.drain_seconds:g} s, or use protocol "
-        "2026-07-28, which needs no session",
+        f"{waiting} (keel serve --session-queue); requests to open one are let through at "
+        f"{limits.rate:g} a second (--session-rate): try again in {limits.drain_seconds:g} s, "
+        "or use protocol 2026-07-28, which needs no session",
         limits.drain_seconds,
     )
 
@@ -377,7 +376,7 @@ class SessionsFull:
             + (f" or idles out ({idle:g} s)" if idle is not None else "")
             + ", or use protocol 2026-07-28, which needs no session"
         )
-        return retry_response(SESSIONS_FULL, message, SESSIONS_FULL_RETRY)
+        return _retry_response(SESSIONS_FULL, message, SESSIONS_FULL_RETRY)
 
 
 @dataclass(slots=True)
@@ -446,10 +445,10 @@ def _outage_response(cause: str) -> Response:
         f"cannot check the access token now: {cause}. This is the server's authentication "
         f"failing, not the token: try again in {AUTH_OUTAGE_RETRY:g} s"
     )
-    return retry_response(AUTH_UNAVAILABLE, message, AUTH_OUTAGE_RETRY)
+    return _retry_response(AUTH_UNAVAILABLE, message, AUTH_OUTAGE_RETRY)
 
 
-def retry_response(code: int, message: str, retry_after: float) -> Response:
+def _retry_response(code: int, message: str, retry_after: float) -> Response:
     """HTTP 503 with ``Retry-After`` and a JSON-RPC error (no request id): ``code``,
     ``message`` and ``data.retryAfterMs``. The response may be sent any number of times."""
     error = {"code": code, "message": message, "data": {"retryAfterMs": round(retry_after * 1000)}}
