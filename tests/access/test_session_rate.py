@@ -1,5 +1,6 @@
 """The rate of new old-protocol sessions (issue 15: an ``initialize`` flood must not slow
-current-protocol clients), on a real server on 127.0.0.1: requests that would open a
+current-protocol clients), on a real server on 127.0.0.1 (through ``keel serve`` itself:
+``test_serve_process.py``): requests that would open a
 2025-11-25 session over the rate wait their turn in order, those beyond the queue are
 refused at once (503, ``SESSIONS_FULL`` naming ``--session-queue``, ``retryAfterMs``,
 ``Retry-After``), while 2026-07-28 requests and an existing session's requests are
@@ -7,7 +8,6 @@ answered at once; a refusal changes nothing in the store."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,6 @@ from keel.mcp.serving import app_server
 from keel.mcp.wire import SESSIONS_FULL
 from keel.runtime import Keel
 from keel.store import SqliteStore
-from keel_serve import KeelServe
 from tasks_extension.support import build_app, poll, post
 
 pytestmark = pytest.mark.anyio
@@ -89,34 +88,3 @@ async def test_a_burst_over_the_rate_waits_its_turn(tmp_path: Path) -> None:
     assert all(answer.status == 200 for _, answer in opened), opened
     sessions = {first.headers[SESSION], *(answer.headers[SESSION] for _, answer in opened)}
     assert len(sessions) == 3
-
-
-@pytest.mark.slow
-async def test_keel_serve_refuses_sessions_over_its_rate(tmp_path: Path) -> None:
-    """``keel serve --session-rate 0.01 --session-burst 2 --session-queue 0`` (the
-    rate from keel.toml): two sessions open, a third is refused at once naming the
-    settings, while the open session and a 2026-07-28 client are served; the startup
-    message shows the limits."""
-    env = {**os.environ, "KEEL_STORE": "", "KEEL_APP": "", "KEEL_AUTH": ""}
-    (tmp_path / "keel.toml").write_text("[serve]\nsession_rate = 0.01\n")
-    args = ["--app", "conformance", "--data-dir", str(tmp_path / "data")]
-    server = KeelServe(
-        [*args, "--session-burst", "2", "--session-queue", "0"],
-        cwd=tmp_path,
-        env=env,
-        log=tmp_path / "serve.log",
-    )
-    server.start()
-    try:
-        await server.ready()
-        first, second, third = await raw(server.url), await raw(server.url), await raw(server.url)
-        listed = await post(server.url, "tools/list")
-        ping = await raw(server.url, body=PING, headers={SESSION: first.headers[SESSION], **V2025})
-    finally:
-        assert server.stop() == 0, server.output()
-    assert [first.status, second.status] == [200, 200]
-    check_refusal(third, "--session-rate")
-    assert "none may wait" in third.json["error"]["message"]
-    assert listed.status == 200, listed
-    assert ping.status == 200, ping
-    assert "new 2025-11-25 sessions: 0.01 a second (bursts of 2)" in server.output()

@@ -40,11 +40,11 @@ asyncio.run(main())
 
 
 @contextmanager
-def killed_holder(db: Path) -> Iterator[tuple[int, list[str]]]:
-    """A process that opens ``db``, creates 20 tasks (each acknowledged: committed and
-    fsynced), prints their ids and is SIGKILLed; its pid and the ids."""
+def holding(script: str, db: Path) -> Iterator[tuple[subprocess.Popen[str], list[str]]]:
+    """A process running ``script`` on ``db``, once it has printed the ids of the 20
+    tasks it created; killed at the end if it still runs."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(db)],
+        [sys.executable, "-c", script, str(db)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -53,9 +53,7 @@ def killed_holder(db: Path) -> Iterator[tuple[int, list[str]]]:
         assert proc.stdout is not None
         ids = proc.stdout.readline().split()
         assert len(ids) == 20, "the holder did not create its tasks"
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
-        yield proc.pid, ids
+        yield proc, ids
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -63,6 +61,16 @@ def killed_holder(db: Path) -> Iterator[tuple[int, list[str]]]:
         for pipe in (proc.stdin, proc.stdout):
             if pipe is not None:
                 pipe.close()
+
+
+@contextmanager
+def killed_holder(db: Path) -> Iterator[tuple[int, list[str]]]:
+    """A process that opens ``db``, creates 20 tasks (each acknowledged: committed and
+    fsynced), prints their ids and is SIGKILLed; its pid and the ids."""
+    with holding(HOLDER, db) as (proc, ids):
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        yield proc.pid, ids
 
 
 def _keel(*args: str) -> subprocess.CompletedProcess[str]:
@@ -150,6 +158,7 @@ async def test_a_backup_made_while_another_process_holds_the_store_opens(
         await restored.close()
 
 
+# As HOLDER, then on a line of stdin: 5 more tasks, the store closed cleanly, their ids.
 LIVE_HOLDER = """
 import asyncio, sys
 from keel.store import SqliteStore
@@ -167,30 +176,6 @@ asyncio.run(main())
 """
 
 
-@contextmanager
-def live_holder(db: Path) -> Iterator[tuple[subprocess.Popen[str], list[str]]]:
-    """A process that opens ``db``, creates 20 tasks and prints their ids, then, on a
-    line of its stdin, creates 5 more, closes the store cleanly and prints theirs."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", LIVE_HOLDER, str(db)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        ids = proc.stdout.readline().split()
-        assert len(ids) == 20, "the holder did not create its tasks"
-        yield proc, ids
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
-        for pipe in (proc.stdin, proc.stdout):
-            if pipe is not None:
-                pipe.close()
-
-
 async def test_a_wal_deleted_under_a_running_process_is_refused(tmp_path: Path) -> None:
     """Another process has the store open, with acknowledged tasks in its log, and the
     log is deleted under it: opening the store is refused (WalLost, ``running``, naming
@@ -199,7 +184,7 @@ async def test_a_wal_deleted_under_a_running_process_is_refused(tmp_path: Path) 
     file, as the error says."""
     db = tmp_path / "keel.db"
     SqliteStore(db).close_sync()
-    with live_holder(db) as (holder, first):
+    with holding(LIVE_HOLDER, db) as (holder, first):
         _lose_wal(db)
         before = _digest(db)
         with pytest.raises(WalLost) as refused:

@@ -107,6 +107,24 @@ AUTH_OPTIONS: list[Callable[[Any], Any]] = [
 ]
 """``--auth``, the ``--jwt-*`` options and ``--operators``: what ``keel ops`` takes."""
 
+
+def _limit(
+    flag: str, default: float, kind: click.ParamType[Any], text: str, metavar: str | None = None
+) -> Callable[[Any], Any]:
+    """The option of one old-protocol session limit: its default shown, also read from
+    ``$KEEL_<FLAG>``."""
+    name = flag.removeprefix("--").replace("-", "_").upper()
+    return click.option(
+        flag,
+        default=default,
+        show_default=True,
+        type=kind,
+        envvar=f"KEEL_{name}",
+        metavar=metavar,
+        help=text,
+    )
+
+
 ACCESS_OPTIONS: list[Callable[[Any], Any]] = [
     AUTH_OPTIONS[0],  # --auth
     click.option(
@@ -133,56 +151,44 @@ ACCESS_OPTIONS: list[Callable[[Any], Any]] = [
         help="Another browser Origin to serve (repeatable); those of the allowed hosts are "
         "always allowed. Others are answered 403.",
     ),
-    click.option(
+    _limit(
         "--max-sessions",
-        default=DEFAULT_MAX_SESSIONS,
-        show_default=True,
-        type=click.IntRange(1, 1_000_000),
-        envvar="KEEL_MAX_SESSIONS",
-        help="2025-11-25 sessions open at once; more are refused (HTTP 503) until some end.",
+        DEFAULT_MAX_SESSIONS,
+        click.IntRange(1, 1_000_000),
+        "2025-11-25 sessions open at once; more are refused (HTTP 503) until some end.",
     ),
-    click.option(
+    _limit(
         "--session-idle-timeout",
-        default=DEFAULT_IDLE,
-        show_default=True,
-        type=click.FloatRange(1.0, 86_400.0),
-        envvar="KEEL_SESSION_IDLE_TIMEOUT",
+        DEFAULT_IDLE,
+        click.FloatRange(1.0, 86_400.0),
+        "A 2025-11-25 session with no request for this long is closed.",
         metavar="SECONDS",
-        help="A 2025-11-25 session with no request for this long is closed.",
     ),
-    click.option(
+    _limit(
         "--session-rate",
-        default=DEFAULT_RATE,
-        show_default=True,
-        type=click.FloatRange(0.01, 1_000_000.0),
-        envvar="KEEL_SESSION_RATE",
+        DEFAULT_RATE,
+        click.FloatRange(0.01, 1_000_000.0),
+        "Requests to open a 2025-11-25 session let through a second; others wait their turn.",
         metavar="PER_SECOND",
-        help="New 2025-11-25 sessions opened a second; requests to open more wait their turn.",
     ),
-    click.option(
+    _limit(
         "--session-burst",
-        default=DEFAULT_BURST,
-        show_default=True,
-        type=click.IntRange(1, 1_000_000),
-        envvar="KEEL_SESSION_BURST",
-        help="New 2025-11-25 sessions that may open at once after a quiet spell.",
+        DEFAULT_BURST,
+        click.IntRange(1, 1_000_000),
+        "Requests to open a 2025-11-25 session let through at once after a quiet spell.",
     ),
-    click.option(
+    _limit(
         "--session-queue",
-        default=DEFAULT_QUEUE,
-        show_default=True,
-        type=click.IntRange(0, 1_000_000),
-        envvar="KEEL_SESSION_QUEUE",
-        help="Requests to open a 2025-11-25 session that may wait for their turn; more are "
+        DEFAULT_QUEUE,
+        click.IntRange(0, 1_000_000),
+        "Requests to open a 2025-11-25 session that may wait for their turn; more are "
         "refused at once (HTTP 503, Retry-After).",
     ),
-    click.option(
+    _limit(
         "--session-openings",
-        default=DEFAULT_OPENINGS,
-        show_default=True,
-        type=click.IntRange(1, 100_000),
-        envvar="KEEL_SESSION_OPENINGS",
-        help="Requests to open a 2025-11-25 session served at once; others wait their turn.",
+        DEFAULT_OPENINGS,
+        click.IntRange(1, 100_000),
+        "Requests to open a 2025-11-25 session served at once; others wait their turn.",
     ),
     *AUTH_OPTIONS[1:],  # --jwt-*, --operators
 ]
