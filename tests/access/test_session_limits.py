@@ -12,8 +12,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from access.support import build, raw, serve_guarded
+from access.support import ManualClock, build, raw, serve_guarded
 from keel.mcp.access import HttpAccess
+from keel.mcp.admission import FULL_RECHECK, SessionGate, SessionRate
 from keel.mcp.wire import SESSIONS_FULL
 from tasks_extension.support import post
 
@@ -30,8 +31,11 @@ def limited(max_sessions: int, idle: float = 300.0) -> HttpAccess:
 async def test_the_session_limit_refuses_clearly(tmp_path: Path) -> None:
     """With ``max_sessions=2``: two sessions open, the third is refused (503,
     SESSIONS_FULL naming --max-sessions, retryAfterMs, Retry-After); the open sessions
-    still work, a 2026-07-28 call is served, and ending a session makes room."""
-    async with serve_guarded(build(tmp_path), limited(2)) as url:
+    still work, a 2026-07-28 call is served, and ending a session makes room (once the
+    gate, which took the limit for full, asks the SDK again: a second later)."""
+    clock = ManualClock()
+    gate = SessionGate(SessionRate(), clock)
+    async with serve_guarded(build(tmp_path), limited(2), gate=gate) as url:
         first, second = await raw(url), await raw(url)
         full = await raw(url)
         ping = {"jsonrpc": "2.0", "id": 2, "method": "ping", "params": {}}
@@ -40,6 +44,7 @@ async def test_the_session_limit_refuses_clearly(tmp_path: Path) -> None:
         ended = await raw(
             url, method="DELETE", body=None, headers={SESSION: second.headers[SESSION], **V2025}
         )
+        clock.advance(FULL_RECHECK)
         room = await raw(url)
     assert [first.status, second.status] == [200, 200]
     assert full.status == 503, full

@@ -15,6 +15,7 @@ import anyio
 import pytest
 
 from access.support import WAIT, ManualClock, Raw, raw, serve_guarded
+from keel.mcp.access import HttpAccess
 from keel.mcp.admission import SessionGate, SessionRate
 from keel.mcp.serving import app_server
 from keel.mcp.wire import SESSIONS_FULL
@@ -88,3 +89,32 @@ async def test_a_burst_over_the_rate_waits_its_turn(tmp_path: Path) -> None:
     assert all(answer.status == 200 for _, answer in opened), opened
     sessions = {first.headers[SESSION], *(answer.headers[SESSION] for _, answer in opened)}
     assert len(sessions) == 3
+
+
+async def test_a_full_session_limit_is_refused_without_the_sdk_for_a_second(
+    tmp_path: Path,
+) -> None:
+    """Room for one session: the SDK refuses the second (-32052 naming
+    --max-sessions); for the next second of the gate's clock the gate refuses in its
+    place, with the same answer, even once the first session has ended (the SDK is not
+    asked); after it, the SDK is asked again and opens one."""
+    app = build_app(Keel(SqliteStore(tmp_path / "keel.db")))
+    clock = ManualClock()
+    gate = SessionGate(SessionRate(rate=1.0, burst=10, queue=10, openings=8), clock)
+    access = HttpAccess.for_bind("127.0.0.1", 0, max_sessions=1)
+    server = app_server(app, "rate-tests", state_dir=tmp_path)
+    async with serve_guarded(server, access, gate=gate) as url:
+        first = await raw(url)
+        by_sdk = await raw(url)
+        ended = await raw(
+            url, method="DELETE", body=None, headers={SESSION: first.headers[SESSION], **V2025}
+        )
+        by_gate = await raw(url)
+        clock.advance(1.0)
+        room = await raw(url)
+    assert first.status == 200, first
+    assert ended.status == 200, ended
+    assert by_sdk.status == 503, by_sdk
+    assert "(keel serve --max-sessions)" in by_sdk.json["error"]["message"]
+    assert (by_gate.status, by_gate.text) == (by_sdk.status, by_sdk.text)
+    assert room.status == 200, room

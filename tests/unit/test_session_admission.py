@@ -9,7 +9,13 @@ import pytest
 from anyio import wait_all_tasks_blocked
 
 from access.support import ManualClock
-from keel.mcp.admission import SessionGate, SessionRate, TokenBucket, opens_session
+from keel.mcp.admission import (
+    FULL_RECHECK,
+    SessionGate,
+    SessionRate,
+    TokenBucket,
+    opens_session,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -123,3 +129,17 @@ async def test_a_request_that_stops_waiting_gives_its_place_back() -> None:
     none_wait = SessionGate(SessionRate(rate=1.0, burst=1, queue=0, openings=1), clock)
     assert await none_wait.enter()
     assert not await none_wait.enter()
+
+
+def test_a_limit_found_full_is_taken_as_full_for_a_while() -> None:
+    """After the SDK refused a session at the limit, the gate takes the limit as full
+    for FULL_RECHECK seconds of its clock, then asks the SDK again."""
+    clock = ManualClock()
+    gate = SessionGate(SessionRate(), clock)
+    assert not gate.full
+    gate.found_full()
+    assert gate.full
+    clock.advance(FULL_RECHECK / 2)
+    assert gate.full
+    clock.advance(FULL_RECHECK / 2)
+    assert not gate.full

@@ -33,7 +33,7 @@ import ipaddress
 import json
 import math
 import socket
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
@@ -233,12 +233,15 @@ class HttpAccess:
         )
         for path, mounted in (mounts or {}).items():
             app.mount(path, mounted)
-        guarded: ASGIApp = SessionsFull(AuthOutageGuard(app), self)
-        if not options.get("stateless_http"):
-            endpoint = str(options.get("streamable_http_path", "/mcp"))
-            gate = gate or SessionGate(self.session_rate)
-            guarded = SessionAdmission(guarded, gate, endpoint, _queue_full(gate.limits))
-        return HostOriginGuard(guarded, security)
+        if options.get("stateless_http"):
+            return HostOriginGuard(SessionsFull(AuthOutageGuard(app), self), security)
+        endpoint = str(options.get("streamable_http_path", "/mcp"))
+        gate = gate or SessionGate(self.session_rate)
+        full = SessionsFull(AuthOutageGuard(app), self, on_full=gate.found_full)
+        admission = SessionAdmission(
+            full, gate, endpoint, queue_full=_queue_full(gate.limits), sessions_full=full.refusal
+        )
+        return HostOriginGuard(admission, security)
 
     def describe(self) -> list[str]:
         """Lines for ``keel serve``'s startup message."""
@@ -334,14 +337,20 @@ class SessionsFull:
     The SDK has no seam for that answer; its session manager writes it itself. This
     watches the responses to requests that would open a session
     (:func:`~keel.mcp.admission.opens_session`) and replaces that one body, recognised
-    by status and message.
+    by status and message, then tells ``on_full`` (the :class:`SessionGate`, which
+    refuses the next ones itself for a while).
     """
 
     SDK_MESSAGE = b"Too many open sessions"
 
-    def __init__(self, app: ASGIApp, access: HttpAccess) -> None:
+    def __init__(
+        self, app: ASGIApp, access: HttpAccess, on_full: Callable[[], None] | None = None
+    ) -> None:
         self.app = app
         self.access = access
+        self.on_full = on_full
+        self.refusal = self._refusal()
+        """The answer, prepared once (the same bytes every time)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not opens_session(scope):
@@ -360,7 +369,9 @@ class SessionsFull:
             if message["type"] == "http.response.body" and not message.get("more_body"):
                 body = b"".join(m.get("body", b"") for m in held[1:])
                 if self.SDK_MESSAGE in body:
-                    await self._refusal()(scope, receive, send)
+                    if self.on_full is not None:
+                        self.on_full()
+                    await self.refusal(scope, receive, send)
                 else:
                     for kept in held:
                         await send(kept)

@@ -17,7 +17,12 @@ sees one, :class:`SessionAdmission` makes it take its turn (:class:`SessionGate`
   sends its next request when the last is answered (every flooder that waits for its
   answers) is slowed to the rate, which costs neither side CPU while it waits. A
   request beyond the queue is refused at once, unread, by a prepared answer (the
-  caller's ``refusal``: ``-32052`` with ``Retry-After``, :mod:`keel.mcp.access`).
+  caller's: ``-32052`` with ``Retry-After``, :mod:`keel.mcp.access`);
+* once the SDK has refused a session at the session limit (:meth:`SessionGate.found_full`),
+  the requests whose turn comes in the next :data:`FULL_RECHECK` seconds are refused
+  the same way without the SDK (its refusal costs a millisecond of CPU); the first
+  after that asks the SDK again. They still wait for their turn: a refusal at once
+  would let a flooder ask again at once, as fast as it can.
 
 Requests of existing sessions and 2026-07-28 requests (which hold no session) never
 wait: :func:`opens_session` tells them apart by their headers alone, as the SDK does.
@@ -35,6 +40,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 __all__ = [
+    "FULL_RECHECK",
     "MONOTONIC",
     "Clock",
     "SessionAdmission",
@@ -48,6 +54,7 @@ SESSION_RATE = 50.0  # new 2025-11-25 sessions a second, by default
 SESSION_BURST = 50  # of them at once after a quiet spell
 SESSION_QUEUE = 200  # session-opening requests that may wait for their turn
 SESSION_OPENINGS = 8  # session-opening requests the SDK serves at once
+FULL_RECHECK = 1.0  # seconds a session limit found full is taken to stay full
 
 _SESSION_ID = b"mcp-session-id"
 _PROTOCOL_VERSION = b"mcp-protocol-version"
@@ -155,6 +162,17 @@ class SessionGate:
         self.in_progress = 0  # requests let through and not yet answered
         self._turn = anyio.Lock()  # FIFO: the first in line takes the next token
         self._slots = anyio.Semaphore(limits.openings)
+        self._full_until = -math.inf  # clock time until which the session limit is full
+
+    def found_full(self) -> None:
+        """The SDK refused a session at the session limit: take the limit as full for
+        :data:`FULL_RECHECK` seconds."""
+        self._full_until = self.clock.now() + FULL_RECHECK
+
+    @property
+    def full(self) -> bool:
+        """Whether the session limit was found full less than :data:`FULL_RECHECK` ago."""
+        return self.clock.now() < self._full_until
 
     async def enter(self) -> bool:
         """Wait for this request's turn (none when nobody is waiting and a token and a
@@ -199,21 +217,31 @@ class SessionGate:
 
 class SessionAdmission:
     """ASGI middleware: requests to the MCP endpoint at ``path`` that would open a
-    2025-11-25 session (:func:`opens_session`) pass through ``gate`` first; those it
-    turns away get ``refusal`` (an ASGI app, prepared once), their body unread. Every
-    other request passes at once."""
+    2025-11-25 session (:func:`opens_session`) pass through ``gate`` first; those beyond
+    its queue get ``queue_full``, and those whose turn comes while the session limit is
+    known to be full get ``sessions_full`` (ASGI apps, prepared once), their body unread.
+    Every other request passes at once."""
 
-    def __init__(self, app: ASGIApp, gate: SessionGate, path: str, refusal: ASGIApp) -> None:
-        self.app, self.gate, self.path, self.refusal = app, gate, path, refusal
+    def __init__(
+        self,
+        app: ASGIApp,
+        gate: SessionGate,
+        path: str,
+        *,
+        queue_full: ASGIApp,
+        sessions_full: ASGIApp,
+    ) -> None:
+        self.app, self.gate, self.path = app, gate, path
+        self.queue_full, self.sessions_full = queue_full, sessions_full
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] != self.path or not opens_session(scope):
             await self.app(scope, receive, send)
             return
         if not await self.gate.enter():
-            await self.refusal(scope, receive, send)
+            await self.queue_full(scope, receive, send)
             return
         try:
-            await self.app(scope, receive, send)
+            await (self.sessions_full if self.gate.full else self.app)(scope, receive, send)
         finally:
             self.gate.leave()
