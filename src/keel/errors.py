@@ -289,10 +289,11 @@ class WalLost(StoreError):
     copied alone). Opening it anyway would silently roll back acknowledged writes, so it
     is refused until the log is put back, or the loss is accepted (``?lost_wal=accept``).
 
-    Or (``running``) the log was deleted while a process that has the store open still
-    runs: that process still holds the log (its open file) and writes to it, and a clean
-    stop of it folds the log into ``keel.db``; another opener meanwhile would see a store
-    without those writes and write a log of its own beside it.
+    Or (``running``) the log is missing while a process that has the store open still
+    runs: the log was deleted under it (it still holds the log, its open file, and
+    writes to it; a clean stop of it folds the log into ``keel.db``, and another opener
+    meanwhile would see a store without those writes and write a log of its own beside
+    it), or ``keel.db`` was copied alone while it ran.
 
     Attributes:
         path: the database file.
@@ -303,10 +304,12 @@ class WalLost(StoreError):
     def __init__(self, path: str, holders: list[str], *, running: bool = False) -> None:
         who = "; ".join(holders)
         super().__init__(
-            f"store {path}: its write-ahead log {path}-wal was deleted while {who} still "
-            f"has the store open and writes to that log: opening it now would show {path} "
-            f"without those writes. Stop that process cleanly (SIGTERM: closing the store "
-            f"folds its log into {path}), then retry; or open it with the store URL option "
+            f"store {path}: its write-ahead log {path}-wal is missing while {who}, which "
+            f"has the store open, still runs: opening it now would show {path} without the "
+            f"writes in that log. If the log was deleted under that process (which still "
+            f"writes to it), stop that process cleanly (SIGTERM: closing the store folds "
+            f"the log into {path}), then retry; if {path} is a copy made without its log, "
+            f"copy it with keel backup instead; or open it with the store URL option "
             f"?lost_wal=accept to go on with what {path} holds"
             if running
             else f"store {path} was not closed cleanly ({who} did not close it) "

@@ -191,7 +191,7 @@ async def test_a_wal_deleted_under_a_running_process_is_refused(tmp_path: Path) 
             SqliteStore(db)
         assert refused.value.running
         assert f"pid {holder.pid} on " in str(refused.value)
-        assert "Stop that process cleanly" in str(refused.value)
+        assert "stop that process cleanly (SIGTERM" in str(refused.value)
         assert _digest(db) == before
         assert wal_size(db) is None, "the refused open left no log behind"
         assert holder.stdin is not None
