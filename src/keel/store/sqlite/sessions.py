@@ -19,7 +19,8 @@ that died while the log survived are removed at the next open (their commits wer
 recovered from the log).
 
 A row of another process of this host that is alive, with the log missing, is a log
-deleted under a running process (``WalLost`` with ``running``): that process's open
+deleted under a running process, or ``keel.db`` copied alone while it ran (``WalLost``
+with ``running``): that process's open
 connection means a log exists, since SQLite removes it only when the last connection
 closes, and a connection records its row only once it has the log, under
 :func:`opening`, and removes it before closing. That process still has the deleted log
@@ -29,7 +30,10 @@ start a log of its own, and have it deleted by that process's close). The deleti
 caught at the next open, not by the running process itself (its commits go on
 succeeding into the deleted file until it stops). This process's own rows are not
 counted: a connection of this process that closed without removing its row (the
-removal failed: a full disk) leaves one while the process lives.
+removal failed: a full disk) leaves one while the process lives. Another process's such
+row is refused until that process exits (or ``?lost_wal=accept``): the one case taken
+for a deletion wrongly, and it is logged where it happens ("cannot remove this
+connection's record").
 
 Opens are serialized (:func:`opening`, a lock of the store's folder), so that two
 processes opening at once cannot each take the other's new log for the old one.
