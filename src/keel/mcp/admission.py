@@ -50,7 +50,7 @@ __all__ = [
     "opens_session",
 ]
 
-SESSION_RATE = 50.0  # new 2025-11-25 sessions a second, by default
+SESSION_RATE = 50.0  # session-opening requests let through a second, by default
 SESSION_BURST = 50  # of them at once after a quiet spell
 SESSION_QUEUE = 200  # session-opening requests that may wait for their turn
 SESSION_OPENINGS = 8  # session-opening requests the SDK serves at once
