@@ -13,10 +13,13 @@ docs/observability.md lists every metric.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.utils import floatToGoString
 
 from keel.model import Status, Task
 from keel.store.observed import Committed, Transition
@@ -41,8 +44,79 @@ _ENDS_ATTEMPT = {
 }
 
 
+_go_float: Callable[[float], str] = floatToGoString
+"""How Prometheus writes a bucket's bound (``le``): ``0.005``, ``1.0``, ``+Inf``."""
+
+
 def _tool(task: Task | None) -> str:
     return "" if task is None or task.name is None else task.name
+
+
+class _Counter:
+    """A counter by label values, kept as plain numbers and told to Prometheus only when
+    scraped (:class:`_Tallies`): counting a transition is a dict update, not
+    ``prometheus_client``'s locked child lookup and increment (those were most of what
+    metrics cost a task; docs/benchmarks.md, "Telemetry on and off")."""
+
+    __slots__ = ("doc", "labels", "name", "values")
+
+    def __init__(self, name: str, doc: str, labels: Sequence[str]) -> None:
+        self.name, self.doc, self.labels = name, doc, tuple(labels)
+        self.values: dict[tuple[str, ...], float] = {} if labels else {(): 0.0}
+
+    def inc(self, *labels: str, by: float = 1.0) -> None:
+        self.values[labels] = self.values.get(labels, 0.0) + by
+
+    def family(self) -> Metric:
+        family = CounterMetricFamily(self.name, self.doc, labels=self.labels)
+        for labels, value in list(self.values.items()):
+            family.add_metric(list(labels), value)
+        return family
+
+
+class _Histogram:
+    """A histogram by label values (see :class:`_Counter`): a count per bucket and a sum."""
+
+    __slots__ = ("bounds", "doc", "labels", "name", "values")
+
+    def __init__(self, name: str, doc: str, labels: Sequence[str], bounds: Sequence[float]) -> None:
+        self.name, self.doc, self.labels = name, doc, tuple(labels)
+        self.bounds = tuple(float(b) for b in bounds)
+        self.values: dict[tuple[str, ...], tuple[list[int], list[float]]] = {}
+        if not labels:
+            self.values[()] = ([0] * (len(self.bounds) + 1), [0.0])
+
+    def observe(self, value: float, *labels: str) -> None:
+        kept = self.values.get(labels)
+        if kept is None:
+            kept = self.values[labels] = ([0] * (len(self.bounds) + 1), [0.0])
+        kept[0][bisect_left(self.bounds, value)] += 1  # the first bucket with value <= bound
+        kept[1][0] += value
+
+    def family(self) -> Metric:
+        family = HistogramMetricFamily(self.name, self.doc, labels=self.labels)
+        edges = [_go_float(b) for b in self.bounds] + ["+Inf"]
+        for labels, (counts, total) in list(self.values.items()):
+            cumulative, buckets = 0, []
+            for edge, count in zip(edges, counts, strict=True):
+                cumulative += count
+                buckets.append((edge, float(cumulative)))
+            family.add_metric(list(labels), buckets, total[0])
+        return family
+
+
+class _Tallies:
+    """The collector of the counters and histograms (a registry asks it when scraped)."""
+
+    def __init__(self) -> None:
+        self.metrics: list[_Counter | _Histogram] = []
+
+    def collect(self) -> Iterator[Metric]:
+        for metric in self.metrics:
+            yield metric.family()
+
+    def describe(self) -> Iterator[Metric]:
+        return self.collect()
 
 
 class Metrics:
@@ -50,14 +124,19 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self._tallies = _Tallies()
+
+        def counter(name: str, doc: str, labels: Iterable[str] = ("tool",)) -> _Counter:
+            kept = _Counter(name, doc, list(labels))
+            self._tallies.metrics.append(kept)
+            return kept
+
+        def histogram(name: str, doc: str, labels: Iterable[str], buckets: Any) -> _Histogram:
+            kept = _Histogram(name, doc, list(labels), buckets)
+            self._tallies.metrics.append(kept)
+            return kept
+
         r = self.registry
-
-        def counter(name: str, doc: str, labels: Iterable[str] = ("tool",)) -> Counter:
-            return Counter(name, doc, list(labels), registry=r)
-
-        def histogram(name: str, doc: str, labels: Iterable[str], buckets: Any) -> Histogram:
-            return Histogram(name, doc, list(labels), registry=r, buckets=buckets)
-
         self.tasks = Gauge("keel_tasks", "Tasks in the store, by status.", ["status"], registry=r)
         self.created = counter("keel_tasks_created", "Tasks created (idempotent repeats not).")
         self.completed = counter("keel_tasks_completed", "Tasks that completed.")
@@ -68,7 +147,7 @@ class Metrics:
         self.expiries = counter("keel_lease_expiries", "Leases that expired and were recovered.")
         self.input_requested = counter("keel_task_input_requests", "Times tasks asked for input.")
         self.released = counter("keel_task_releases", "Attempts that gave their task back.")
-        self.purged = Counter("keel_tasks_purged", "Finished tasks purged.", registry=r)
+        self.purged = counter("keel_tasks_purged", "Finished tasks purged.", ())
         self.queue_wait = histogram(
             "keel_queue_wait_seconds", "Ready (created, answered, retried) to claimed.",
             ["tool"], WAIT_BUCKETS,
@@ -86,15 +165,7 @@ class Metrics:
             "keel_store_commit_seconds", "A store write, called to committed, by method.",
             ["op"], COMMIT_BUCKETS,
         )  # fmt: skip
-        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
-
-    def _of(self, metric: Any, *labels: str) -> Any:
-        """``metric.labels(*labels)``, kept (the lookup takes a lock and checks labels)."""
-        key = (id(metric), labels)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = metric.labels(*labels)
-        return child
+        r.register(self._tallies)
 
     def gauge(self, name: str, doc: str, read: Callable[[], float]) -> None:
         """A gauge of this process read when scraped (workers, attempts, listeners)."""
@@ -112,12 +183,12 @@ class Metrics:
     # --- the observer ----------------------------------------------------------------
 
     def committed(self, commit: Committed) -> None:
-        self._of(self.commit, commit.what).observe(commit.seconds)
+        self.commit.observe(commit.seconds, commit.what)
         if commit.what == "claim":
             self._claims(commit.result)
             return
         if commit.what == "purge":
-            self.purged.inc(len(commit.result))
+            self.purged.inc(by=len(commit.result))
         for transition in commit.transitions:
             self._transition(commit.what, transition)
 
@@ -126,33 +197,33 @@ class Metrics:
         for task in claimed:
             # A claim leaves ready_at alone and sets claimed_at (and updated_at) to its time.
             at = task.updated_at if task.claimed_at is None else task.claimed_at
-            self._of(self.queue_wait, _tool(task)).observe(max(0.0, at - task.ready_at))
+            self.queue_wait.observe(max(0.0, at - task.ready_at), _tool(task))
 
     def _transition(self, what: str, transition: Transition) -> None:
         event, old = transition.event, transition.old
         tool = _tool(transition.task)
         if event.from_status is None:
             if what == "create":
-                self._of(self.created, tool).inc()
+                self.created.inc(tool)
                 if event.to_status is Status.INPUT_REQUIRED:
-                    self._of(self.input_requested, tool).inc()
+                    self.input_requested.inc(tool)
             return
         self._attempt_end(what, transition, tool)
         to = event.to_status
         if what in {"retry", "recover_expired"}:
             if what == "recover_expired":
-                self._of(self.expiries, tool).inc()
-            self._of(self.dead if to is Status.FAILED else self.retries, tool).inc()
+                self.expiries.inc(tool)
+            (self.dead if to is Status.FAILED else self.retries).inc(tool)
         elif what == "release":
-            self._of(self.released, tool).inc()
+            self.released.inc(tool)
         if to is Status.INPUT_REQUIRED and event.from_status is not Status.INPUT_REQUIRED:
-            self._of(self.input_requested, tool).inc()
+            self.input_requested.inc(tool)
         if event.from_status is Status.INPUT_REQUIRED and to is Status.WORKING and old is not None:
-            self._of(self.input_wait, tool).observe(max(0.0, event.at - old.updated_at))
+            self.input_wait.observe(max(0.0, event.at - old.updated_at), tool)
         ended = {Status.COMPLETED: self.completed, Status.FAILED: self.failed,
                  Status.CANCELLED: self.cancelled}.get(to)  # fmt: skip
         if ended is not None:
-            self._of(ended, tool).inc()
+            ended.inc(tool)
 
     def _attempt_end(self, what: str, transition: Transition, tool: str) -> None:
         """The duration of the attempt this write ended, if it ended one: from the claim
@@ -165,4 +236,4 @@ class Metrics:
         if old.claimed_at is not None:
             outcome = _ENDS_ATTEMPT.get(what, "recovered" if what == "recover_expired" else what)
             seconds = max(0.0, transition.event.at - old.claimed_at)
-            self._of(self.attempt, tool, outcome).observe(seconds)
+            self.attempt.observe(seconds, tool, outcome)
