@@ -485,10 +485,10 @@ class PostgresStore(TxStore):
         messages += [(cancel, p) for p in payloads(state.cancelled)] if state.cancelled else []
         change = change_channel(self.options.channel_tag)
         messages += [(change, p) for p in payloads(state.changed)] if state.changed else []
+        params = {"channels": [c for c, _ in messages], "payloads": [p for _, p in messages]}
         try:
-            with self._pool.connection() as conn, conn.pipeline():
-                for channel, payload in messages:
-                    conn.execute(Q["notify"], {"channel": channel, "payload": payload})
+            with self._pool.connection() as conn:
+                conn.execute(Q["notify"], params)  # all of them in one statement
         except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
             # Polling covers for it: a lost notification only delays.
             log.info("notification not sent (%s)", exc)

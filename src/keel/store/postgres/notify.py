@@ -61,12 +61,15 @@ def payloads(values: Collection[str]) -> list[str]:
     """JSON lists of ``values``, each under the payload limit (``""`` means "anything")."""
     out: list[str] = []
     chunk: list[str] = []
+    size = 2  # bytes of json.dumps(chunk): "[]", then each item and ", " between them
     for value in sorted(values):
         if len(value.encode()) > MAX_PAYLOAD - 10:
             return [""]
-        if len(json.dumps([*chunk, value]).encode()) > MAX_PAYLOAD:
+        item = len(json.dumps(value))  # ASCII (ensure_ascii): its length is its size
+        if size + item + (2 if chunk else 0) > MAX_PAYLOAD:
             out.append(json.dumps(chunk))
-            chunk = []
+            chunk, size = [], 2
+        size += item + (2 if chunk else 0)
         chunk.append(value)
     if chunk:
         out.append(json.dumps(chunk))

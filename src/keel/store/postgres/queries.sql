@@ -34,10 +34,12 @@ INSERT INTO tasks (
 );
 
 -- name: update_tasks
--- The held-back updates of a group, in one statement: one array per column, element i
--- of each for the i-th task (task ids distinct). Conditional: a row matches only if
--- nobody changed the task since it was read (the row is locked, so a row count short of
--- the number of tasks means a bug, and the transaction is refused rather than guessed).
+-- The held-back updates of a group, in one statement: one JSON array of rows (task ids
+-- distinct), one text parameter for the driver to send, however many rows. Conditional:
+-- a row matches only if nobody changed the task since it was read (the row is locked, so
+-- a row count short of the number of tasks means a bug, and the transaction is refused
+-- rather than guessed). Times are JSON numbers in their shortest round-trip form, which
+-- float8 reads back exactly.
 UPDATE tasks AS t SET
     status = u.status, updated_at = u.updated_at, status_message = u.status_message,
     input_requests = u.input_requests, input_responses = u.input_responses,
@@ -45,27 +47,23 @@ UPDATE tasks AS t SET
     lease_owner = u.lease_owner, lease_expires_at = u.lease_expires_at, fence = u.fence,
     ready_at = u.ready_at, ttl = u.ttl, closed_fence = u.closed_fence,
     expires_at = u.expires_at, claimed_at = u.claimed_at
-FROM unnest(
-    %(task_id)s::text[], %(old_status)s::text[], %(old_fence)s::bigint[],
-    %(status)s::text[], %(updated_at)s::float8[], %(status_message)s::text[],
-    %(input_requests)s::text[], %(input_responses)s::text[], %(result)s::text[],
-    %(error)s::text[], %(attempt)s::integer[], %(lease_owner)s::text[],
-    %(lease_expires_at)s::float8[], %(fence)s::bigint[], %(ready_at)s::float8[],
-    %(ttl)s::float8[], %(closed_fence)s::bigint[], %(expires_at)s::float8[],
-    %(claimed_at)s::float8[]
-) AS u (task_id, old_status, old_fence, status, updated_at, status_message,
-        input_requests, input_responses, result, error, attempt, lease_owner,
-        lease_expires_at, fence, ready_at, ttl, closed_fence, expires_at, claimed_at)
+FROM json_to_recordset(%(rows)s::json) AS u (
+    task_id text, old_status text, old_fence bigint, status text, updated_at float8,
+    status_message text, input_requests text, input_responses text, result text,
+    error text, attempt integer, lease_owner text, lease_expires_at float8, fence bigint,
+    ready_at float8, ttl float8, closed_fence bigint, expires_at float8, claimed_at float8
+)
 WHERE t.task_id = u.task_id AND t.status = u.old_status AND t.fence = u.old_fence;
 
 -- name: insert_events
--- The held-back history entries of a group, in one statement, in the order given (their
--- ids ascending in that order).
+-- The held-back history entries of a group, in one statement (one JSON array of rows),
+-- in the order given (their ids ascending in that order).
 INSERT INTO task_events (task_id, at, from_status, to_status, reason, actor)
 SELECT e.task_id, e.at, e.from_status, e.to_status, e.reason, e.actor
-FROM unnest(
-    %(task_id)s::text[], %(at)s::float8[], %(from_status)s::text[], %(to_status)s::text[],
-    %(reason)s::text[], %(actor)s::text[]
+FROM ROWS FROM (
+    json_to_recordset(%(rows)s::json) AS (
+        task_id text, at float8, from_status text, to_status text, reason text, actor text
+    )
 ) WITH ORDINALITY AS e (task_id, at, from_status, to_status, reason, actor, n)
 ORDER BY e.n;
 
@@ -168,7 +166,9 @@ INSERT INTO keel_write_log (op_id) VALUES (%(op_id)s);
 DELETE FROM keel_write_log WHERE written_at < now() - interval '1 hour';
 
 -- name: notify
-SELECT pg_notify(%(channel)s, %(payload)s);
+-- A group's notifications, (channel, payload) pairs, in one statement: sent in this order.
+SELECT pg_notify(m.channel, m.payload)
+FROM unnest(%(channels)s::text[], %(payloads)s::text[]) AS m (channel, payload);
 
 -- name: browse_tasks
 -- Newest first, a keyset page (keel.store.browse); {where} is its condition. Each filter
