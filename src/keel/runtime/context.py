@@ -72,10 +72,12 @@ class TaskContext:
         steps: Mapping[str, JsonValue] | None = None,
         worker: str,
         trace_parent: Context | None = None,
+        traced: bool | None = None,
     ) -> None:
         self._store = store
         self._task = task
-        self._traced = tracing.enabled()
+        # Whether spans are recorded: the worker looks it up once per claimed batch.
+        self._traced = tracing.enabled() if traced is None else traced
         self._trace_parent = trace_parent  # the task's stored trace context (its steps' parent)
         # The recorded steps, read on the first ``step`` call (None until then): a
         # handler that takes no steps costs no read.

@@ -101,6 +101,8 @@ class _Attempt:
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     renewed: float = field(default_factory=time.monotonic)
     stop_reason: str | None = None
+    traced: bool = False
+    """Whether spans are recorded (looked up once per claimed batch, not per attempt)."""
     trace_parent: Context | None = None
 
     def stop(self, reason: str) -> None:
@@ -285,7 +287,7 @@ class Worker:
                 if stale is not None:  # our own earlier attempt lost its lease: stop it
                     stale.stop("task was taken over by another attempt")
                 parent = tracing.parent_of(task.trace_context) if traced else None
-                attempt = _Attempt(task, trace_parent=parent)
+                attempt = _Attempt(task, traced=traced, trace_parent=parent)
                 self._running[task.task_id] = attempt
                 tg.start_soon(self._run_attempt, attempt)
             if len(claimed) >= min(free, MAX_CLAIM_BATCH) > 0 and self._busy < self.concurrency:
@@ -428,17 +430,24 @@ class Worker:
                 self._poke()  # a stop waits for the last attempt; a slot freed only now
 
     async def _attempt(self, attempt: _Attempt) -> AttemptOutcome:
-        """Run the handler once; how it ended. An attempt stopped from outside (its scope
+        """Run the handler once, in its span if spans are recorded; how it ended."""
+        if not attempt.traced:
+            return await self._outcome(attempt)
+        with tracing.attempt_span(attempt.task, self.worker_id, attempt.trace_parent) as span:
+            outcome = await self._outcome(attempt)
+            _traced(span, attempt.task, outcome)
+        return outcome
+
+    async def _outcome(self, attempt: _Attempt) -> AttemptOutcome:
+        """How the handler's run ended. An attempt stopped from outside (its scope
         cancelled, or a stop reason set while it ran) is :class:`Stopped`, whatever the
         handler did meanwhile."""
         outcome: AttemptOutcome | None = None
-        with tracing.attempt_span(attempt.task, self.worker_id, attempt.trace_parent) as span:
-            with attempt.scope:
-                outcome = await self._handle(attempt)
-            if outcome is None or attempt.scope.cancelled_caught or attempt.stop_reason:
-                reason = attempt.stop_reason or "cancelled"
-                outcome = Stopped(reason, release=reason in GIVE_BACK)
-            _traced(span, attempt.task, outcome)
+        with attempt.scope:
+            outcome = await self._handle(attempt)
+        if outcome is None or attempt.scope.cancelled_caught or attempt.stop_reason:
+            reason = attempt.stop_reason or "cancelled"
+            outcome = Stopped(reason, release=reason in GIVE_BACK)
         return outcome
 
     async def _handle(self, attempt: _Attempt) -> AttemptOutcome | None:
@@ -447,16 +456,20 @@ class Worker:
         definition = self.app.definition(task.name or "")
         options = definition.options
         ctx = TaskContext(
-            self.app.store, task, worker=self.worker_id, trace_parent=attempt.trace_parent
+            self.app.store,
+            task,
+            worker=self.worker_id,
+            trace_parent=attempt.trace_parent,
+            traced=attempt.traced,
         )
-        deadline = anyio.CancelScope()
-        if options.deadline_seconds is not None:
-            deadline.deadline = anyio.current_time() + options.deadline_seconds
         try:
-            with deadline:
+            if options.deadline_seconds is None:  # no scope of its own: one less per attempt
                 value = await definition.handler(ctx, **task.arguments)
-            if deadline.cancelled_caught:
-                return Retry(_deadline_error(options.deadline_seconds))
+            else:
+                with anyio.move_on_after(options.deadline_seconds) as deadline:
+                    value = await definition.handler(ctx, **task.arguments)
+                if deadline.cancelled_caught:
+                    return Retry(_deadline_error(options.deadline_seconds))
             return Completed(tool_result(value, definition.output))
         except Parking as parked:
             return Parked(tuple(parked.keys))
