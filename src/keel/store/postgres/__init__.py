@@ -188,7 +188,7 @@ class PostgresStore(TxStore):
         cause a :class:`StoreUnavailable` names."""
         self._closed = False
         self._runners = {write: _Groups(self, write) for write in (False, True)}
-        self._lanes: dict[tuple[int, bool, bool], Lane] = {}
+        self._lanes: dict[tuple[int, bool], Lane] = {}
         self._last_trim = 0.0
         self._trim_lock = threading.Lock()
         self.schema_version = self._setup()
@@ -235,9 +235,11 @@ class PostgresStore(TxStore):
             loop = asyncio.get_running_loop()
         except RuntimeError:  # pragma: no cover - not on asyncio (e.g. trio): one at a time
             return await anyio.to_thread.run_sync(lambda: run_alone(runner, op))
-        # Claims have a lane of their own: a claim never waits behind a group of outcome
-        # writes (nor they behind it), so a freed slot is refilled one transaction sooner.
-        key = (id(loop), write, write and op.picks is Picks.READY)
+        # One lane of writes per event loop: a worker's claims share the group of its
+        # outcome writes (one transaction, one COMMIT, one NOTIFY for both). A lane of their
+        # own for claims cost ~15% more worker CPU per task (twice the transactions, NOTIFYs
+        # and thread hand-offs) and was slower at 4 processes (docs/benchmarks.md).
+        key = (id(loop), write)
         lane = self._lanes.get(key)
         if lane is None or lane.loop is not loop:
             lane = self._lanes[key] = Lane(
