@@ -6,6 +6,7 @@ import functools
 import json
 import math
 import re
+import threading
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -37,6 +38,7 @@ __all__ = [
     "check_text",
     "describe_schema",
     "encode",
+    "encoded_text",
     "field_path",
     "loads_bounded",
     "normalize",
@@ -299,7 +301,36 @@ def normalize(value: JsonValue, what: str, limit: int) -> tuple[str, JsonValue]:
     afterwards cannot change a snapshot, and tuples come back as lists on every adapter.
     """
     text = encode(value, what, limit)
-    return text, json.loads(text)
+    copy = json.loads(text)
+    if isinstance(copy, (dict, list)):
+        _remember(copy, text)
+    return text, copy
+
+
+_MEMO = threading.local()
+_MEMO_SIZE = 256  # more than a write group's transitions; cleared when full
+
+
+def _remember(copy: JsonValue, text: str) -> None:
+    memo: dict[int, tuple[JsonValue, str]] | None = getattr(_MEMO, "texts", None)
+    if memo is None or len(memo) >= _MEMO_SIZE:
+        memo = _MEMO.texts = {}
+    memo[id(copy)] = (copy, text)  # the copy is held: its id cannot be reused meanwhile
+
+
+def encoded_text(value: object) -> str | None:
+    """The text :func:`normalize` decoded ``value`` from, in this thread, if ``value`` is
+    that very copy; None otherwise. Each copy's text is handed out once.
+
+    A store encodes a result it has just normalized without encoding it again: the copy
+    is private to the store until its transaction ends (nothing can mutate it), and
+    decoding then encoding compact JSON gives the same text back.
+    """
+    memo: dict[int, tuple[JsonValue, str]] | None = getattr(_MEMO, "texts", None)
+    if memo is None:
+        return None
+    found = memo.pop(id(value), None)
+    return found[1] if found is not None and found[0] is value else None
 
 
 def canonical(value: JsonValue) -> str:

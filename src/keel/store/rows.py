@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from keel.model import Event, InputRequest, Status, Task
+from keel.model.validation import encoded_text
 
 __all__ = ["MUTABLE_COLUMNS", "compact_json", "event_from_row", "task_from_row", "task_to_row"]
 
@@ -34,7 +35,9 @@ def _encode_column(task: Task, column: str) -> str | None:
     if column == "input_responses":
         return compact_json(dict(task.input_responses))
     value = getattr(task, column)
-    return None if value is None else compact_json(value)
+    if value is None:
+        return None
+    return encoded_text(value) or compact_json(value)
 
 
 def _encode_trace(task: Task) -> str | None:
@@ -92,7 +95,7 @@ def task_to_row(
             task_id=task.task_id,
             owner=task.owner,
             name=task.name,
-            arguments=compact_json(task.arguments),
+            arguments=encoded_text(task.arguments) or compact_json(task.arguments),
             created_at=task.created_at,
             idempotency_key=task.idempotency_key,
             max_attempts=task.max_attempts,
