@@ -16,6 +16,7 @@ from keel.model.validation import (
     check_schema,
     check_seconds,
     encode,
+    encoded_text,
     field_path,
     normalize,
     unstorable,
@@ -63,6 +64,13 @@ def test_encode_limit_is_inclusive_and_counts_utf8_bytes():
         encode("é" * 5, "v", 10)
     assert (info.value.what, info.value.size, info.value.limit) == ("v", 12, 10)
     assert str(info.value) == "v is 12 bytes as JSON; the limit is 10 bytes"
+
+
+def test_encoded_text_hands_out_a_normalized_copys_text_once():
+    text, copy = normalize({"a": [1]}, "x", 100)
+    assert encoded_text({"a": [1]}) is None  # an equal value is not the copy
+    assert encoded_text(copy) == text
+    assert encoded_text(copy) is None
 
 
 def test_normalize_returns_a_private_decoded_copy():

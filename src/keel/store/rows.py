@@ -109,32 +109,42 @@ def _loads(text: str) -> Any:
     return {} if text == "{}" else json.loads(text)
 
 
+def _maybe_loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+_STATUS = {status.value: status for status in Status}
+
+
 def task_from_row(row: Mapping[str, Any]) -> Task:
     """The inverse of :func:`task_to_row`."""
-    requests = _loads(row["input_requests"])
+    requests = row["input_requests"]
+    # Positional, in Task's field order: the hot path of every read (no keyword parsing).
     return Task(
-        task_id=row["task_id"],
-        status=Status(row["status"]),
-        owner=row["owner"],
-        name=row["name"],
-        arguments=_loads(row["arguments"]),
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-        status_message=row["status_message"],
-        input_requests={k: InputRequest(r["message"], r["schema"]) for k, r in requests.items()},
-        input_responses=_loads(row["input_responses"]),
-        result=None if row["result"] is None else json.loads(row["result"]),
-        error=None if row["error"] is None else json.loads(row["error"]),
-        idempotency_key=row["idempotency_key"],
-        attempt=row["attempt"],
-        max_attempts=row["max_attempts"],
-        lease_owner=row["lease_owner"],
-        lease_expires_at=row["lease_expires_at"],
-        fence=row["fence"],
-        ready_at=row["ready_at"],
-        ttl=row["ttl"],
-        closed_fence=row["closed_fence"],
-        request_digest=row["request_digest"],
-        trace_context=None if row["trace_context"] is None else json.loads(row["trace_context"]),
-        claimed_at=row["claimed_at"],
+        row["task_id"],
+        _STATUS[row["status"]],
+        row["owner"],
+        row["name"],
+        _loads(row["arguments"]),
+        row["created_at"],
+        row["updated_at"],
+        row["status_message"],
+        {}
+        if requests == "{}"
+        else {k: InputRequest(r["message"], r["schema"]) for k, r in json.loads(requests).items()},
+        _loads(row["input_responses"]),
+        _maybe_loads(row["result"]),
+        _maybe_loads(row["error"]),
+        row["idempotency_key"],
+        row["attempt"],
+        row["max_attempts"],
+        row["lease_owner"],
+        row["lease_expires_at"],
+        row["fence"],
+        row["ready_at"],
+        row["ttl"],
+        row["closed_fence"],
+        row["request_digest"],
+        _maybe_loads(row["trace_context"]),
+        row["claimed_at"],
     )

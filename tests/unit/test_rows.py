@@ -1,0 +1,53 @@
+"""Unit: the row codec every adapter shares (keel.store.rows). Pure."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from keel.model import InputRequest, Status, Task
+from keel.model.validation import normalize
+from keel.store.rows import compact_json, task_from_row, task_to_row
+
+
+def _every_field_set() -> Task:
+    return Task(
+        task_id="t-1",
+        status=Status.FAILED,
+        owner="alice",
+        name="build",
+        arguments={"n": 1},
+        created_at=1.0,
+        updated_at=2.0,
+        status_message="boom",
+        input_requests={"ok": InputRequest("Proceed?", {"type": "boolean"})},
+        input_responses={"ok": True},
+        result=[1, "two"],
+        error={"code": -32603, "message": "boom"},
+        idempotency_key="key",
+        attempt=3,
+        max_attempts=4,
+        lease_owner="w1",
+        lease_expires_at=5.0,
+        fence=6,
+        ready_at=7.0,
+        ttl=8.0,
+        closed_fence=9,
+        request_digest="digest",
+        trace_context={"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"},
+        claimed_at=10.0,
+    )
+
+
+def test_a_row_decodes_to_every_field_it_was_encoded_from() -> None:
+    task = _every_field_set()
+    assert {f.name: getattr(task, f.name) for f in dataclasses.fields(Task)} == {
+        f.name: getattr(task_from_row(task_to_row(task)), f.name) for f in dataclasses.fields(Task)
+    }
+
+
+def test_a_just_normalized_result_is_stored_as_the_text_it_was_normalized_from() -> None:
+    text, result = normalize({"content": [{"type": "text", "text": "é"}]}, "result", 1 << 20)
+    row = task_to_row(dataclasses.replace(_every_field_set(), result=result))
+    assert row["result"] == text == compact_json(result)
+    # Handed out once: a second encoding of the same copy encodes it afresh, to the same text.
+    assert task_to_row(dataclasses.replace(_every_field_set(), result=result))["result"] == text
