@@ -31,9 +31,10 @@ _JSON_COLUMNS = ("input_requests", "input_responses", "result", "error")
 
 def _encode_column(task: Task, column: str) -> str | None:
     if column == "input_requests":
-        return compact_json({k: r.to_json() for k, r in task.input_requests.items()})
+        requests = task.input_requests
+        return compact_json({k: r.to_json() for k, r in requests.items()}) if requests else "{}"
     if column == "input_responses":
-        return compact_json(dict(task.input_responses))
+        return compact_json(dict(task.input_responses)) if task.input_responses else "{}"
     value = getattr(task, column)
     if value is None:
         return None
