@@ -46,7 +46,9 @@ def test_a_row_decodes_to_every_field_it_was_encoded_from() -> None:
 
 
 def test_a_just_normalized_result_is_stored_as_the_text_it_was_normalized_from() -> None:
-    text, result = normalize({"content": [{"type": "text", "text": "é"}]}, "result", 1 << 20)
+    text, result = normalize(
+        {"content": [{"type": "text", "text": "é"}]}, "result", 1 << 20, keep_text=True
+    )
     row = task_to_row(dataclasses.replace(_every_field_set(), result=result))
     assert row["result"] == text == compact_json(result)
     # Handed out once: a second encoding of the same copy encodes it afresh, to the same text.

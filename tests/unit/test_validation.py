@@ -67,7 +67,9 @@ def test_encode_limit_is_inclusive_and_counts_utf8_bytes():
 
 
 def test_encoded_text_hands_out_a_normalized_copys_text_once():
-    text, copy = normalize({"a": [1]}, "x", 100)
+    _, other = normalize({"a": [1]}, "x", 100)
+    assert encoded_text(other) is None  # not kept
+    text, copy = normalize({"a": [1]}, "x", 100, keep_text=True)
     assert encoded_text({"a": [1]}) is None  # an equal value is not the copy
     assert encoded_text(copy) == text
     assert encoded_text(copy) is None

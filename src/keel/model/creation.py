@@ -79,7 +79,7 @@ def new_task(
         check_key(name, "task name", limits)
     if not isinstance(arguments, Mapping):
         raise InvalidPayload(f"arguments must be a JSON object, not {type(arguments).__name__}")
-    _, args = normalize(arguments, "arguments", limits.max_arguments_bytes)
+    _, args = normalize(arguments, "arguments", limits.max_arguments_bytes, keep_text=True)
     if owner != "":
         check_key(owner, "owner", limits)
     if idempotency_key is not None:

@@ -51,7 +51,7 @@ def retry(
         raise TaskAlreadyTerminal(task, "retry it")
     check_writer(task, fence, "retry it")
     checked = check_error(error)
-    _, checked = normalize(checked, "error", limits.max_result_bytes)
+    _, checked = normalize(checked, "error", limits.max_result_bytes, keep_text=True)
     delay = check_seconds(delay_seconds, "retry delay")
     return _end_attempt(
         task,

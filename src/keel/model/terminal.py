@@ -46,7 +46,7 @@ def complete(
         if task.status is C and task.closed_fence == fence and same_value(task.result, result):
             return unchanged(task)
         raise TaskAlreadyTerminal(task, "complete it")
-    _, result = normalize(result, "result", limits.max_result_bytes)
+    _, result = normalize(result, "result", limits.max_result_bytes, keep_text=True)
     check_writer(task, fence, "complete it")
     if task.status is not W:
         raise InvalidTransition(
@@ -89,7 +89,7 @@ def fail(
             return unchanged(task)
         raise TaskAlreadyTerminal(task, "fail it")
     checked = check_error(error)
-    _, checked = normalize(checked, "error", limits.max_result_bytes)
+    _, checked = normalize(checked, "error", limits.max_result_bytes, keep_text=True)
     check_writer(task, fence, "fail it")
     return move(
         task,

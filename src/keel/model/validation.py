@@ -294,21 +294,25 @@ def encode(value: JsonValue, what: str, limit: int) -> str:
     return text
 
 
-def normalize(value: JsonValue, what: str, limit: int) -> tuple[str, JsonValue]:
+def normalize(
+    value: JsonValue, what: str, limit: int, *, keep_text: bool = False
+) -> tuple[str, JsonValue]:
     """Encode ``value`` and decode it again: the stored text and a private copy of the value.
 
     The copy is what the store keeps and returns, so a caller mutating its own object
     afterwards cannot change a snapshot, and tuples come back as lists on every adapter.
+    ``keep_text``: the copy is about to be stored; :func:`encoded_text` gives its text.
     """
     text = encode(value, what, limit)
     copy = json.loads(text)
-    if isinstance(copy, (dict, list)):
+    if keep_text and isinstance(copy, (dict, list)) and len(text) <= _MEMO_CHARS:
         _remember(copy, text)
     return text, copy
 
 
 _MEMO = threading.local()
-_MEMO_SIZE = 256  # more than a write group's transitions; cleared when full
+_MEMO_SIZE = 128  # more than a write group's outcomes; cleared when full
+_MEMO_CHARS = 1 << 16  # a larger value is encoded again rather than held here
 
 
 def _remember(copy: JsonValue, text: str) -> None:
@@ -319,8 +323,8 @@ def _remember(copy: JsonValue, text: str) -> None:
 
 
 def encoded_text(value: object) -> str | None:
-    """The text :func:`normalize` decoded ``value`` from, in this thread, if ``value`` is
-    that very copy; None otherwise. Each copy's text is handed out once.
+    """The text :func:`normalize` (``keep_text``) decoded ``value`` from in this thread, if
+    ``value`` is that very copy; None otherwise. Each copy's text is handed out once.
 
     A store encodes a result it has just normalized without encoding it again: the copy
     is private to the store until its transaction ends (nothing can mutate it), and
