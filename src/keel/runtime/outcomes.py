@@ -272,7 +272,7 @@ class ToolOutput:
     def of_json(cls, value: JsonValue) -> ToolOutput:
         """Any JSON value as its JSON text; an object is its structured content too."""
         structured = dict(value) if isinstance(value, dict) else None
-        return cls.of_text(json.dumps(value, ensure_ascii=False), structured=structured)
+        return cls.of_text(_TEXT_JSON(value), structured=structured)
 
     @classmethod
     def of_value(cls, value: JsonValue) -> ToolOutput:
@@ -303,6 +303,10 @@ class ToolOutput:
             return None
         return cls(tuple(content), structured, is_error, meta)
 
+
+_TEXT_JSON = json.JSONEncoder(ensure_ascii=False).encode
+"""``json.dumps(value, ensure_ascii=False)`` built once: ``dumps`` builds an encoder per
+call whenever an option is not its default."""
 
 _STORED_FIELDS = frozenset({"content", "structuredContent", "isError", "_meta"})
 
