@@ -488,6 +488,7 @@ def median_row(runs: list[dict[str, Any]]) -> dict[str, Any]:
                 "tasks_per_s",
                 "create_p50_ms",
                 "e2e_p50_ms",
+                "create_only",
                 "polls_per_task",
                 "errors",
                 "load_cores",
