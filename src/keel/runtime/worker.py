@@ -29,6 +29,7 @@ lost its lease (its fence moved on) is retried by recovery.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import random
@@ -104,6 +105,8 @@ class _Attempt:
     traced: bool = False
     """Whether spans are recorded (looked up once per claimed batch, not per attempt)."""
     trace_parent: Context | None = None
+    handled: bool = False
+    """The handler is done: the attempt is writing its outcome, which nothing interrupts."""
 
     def stop(self, reason: str) -> None:
         if self.stop_reason is None:
@@ -148,6 +151,9 @@ class Worker:
         # Jitter for retry backoff: spreading retries needs no cryptographic randomness.
         self._rng = rng or random.Random()  # noqa: S311
         self._running: dict[str, _Attempt] = {}
+        self._attempts: dict[asyncio.Task[None], _Attempt] = {}  # see _start_attempt
+        self._crashed: BaseException | None = None
+        self._loops: anyio.abc.TaskGroup | None = None  # the task group of the loops below
         self._finishing = 0  # attempts whose handler is done and whose outcome is being written
         self._wake = anyio.Event()
         self._stopping = False
@@ -214,7 +220,8 @@ class Worker:
         )
         try:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(self._claim_loop, tg, names)
+                self._loops = tg
+                tg.start_soon(self._claim_loop, names)
                 tg.start_soon(self._heartbeat_loop)
                 tg.start_soon(self._watch_loop)
                 tg.start_soon(self._recover_loop)
@@ -228,10 +235,14 @@ class Worker:
                 await self._shut_down()
                 tg.cancel_scope.cancel()
         finally:
+            with anyio.CancelScope(shield=True):
+                await self._reap()
             worker_stopped(self)
             unlisten()
             if unsubscribe is not None:
                 unsubscribe()
+        if self._crashed is not None:
+            raise self._crashed
 
     async def _shut_down(self) -> None:
         """Stop claiming, stop every running attempt and give its task back (released:
@@ -259,14 +270,14 @@ class Worker:
 
     # --- loops -----------------------------------------------------------------------
 
-    async def _claim_loop(self, tg: anyio.abc.TaskGroup, names: list[str]) -> None:
+    async def _claim_loop(self, names: list[str]) -> None:
         store = self.app.store
         try:
-            await self._claims(tg, names, store)
+            await self._claims(names, store)
         finally:
             self._claims_done.set()
 
-    async def _claims(self, tg: anyio.abc.TaskGroup, names: list[str], store: Store) -> None:
+    async def _claims(self, names: list[str], store: Store) -> None:
         groups = self._lease_groups(names)
         turn = 0
         while not self._stopping:
@@ -289,7 +300,7 @@ class Worker:
                 parent = tracing.parent_of(task.trace_context) if traced else None
                 attempt = _Attempt(task, traced=traced, trace_parent=parent)
                 self._running[task.task_id] = attempt
-                tg.start_soon(self._run_attempt, attempt)
+                self._start_attempt(attempt)
             if len(claimed) >= min(free, MAX_CLAIM_BATCH) > 0 and self._busy < self.concurrency:
                 continue  # it took all it asked for: there may be more ready right now
             if self.stopping:
@@ -415,18 +426,55 @@ class Worker:
 
     # --- one attempt -------------------------------------------------------------------
 
+    def _start_attempt(self, attempt: _Attempt) -> None:
+        """Run ``attempt`` in an asyncio task of its own, started now (so that its outcome
+        can share the commit of the claim its freed slot wakes).
+
+        A plain asyncio task, not one of the loops' anyio task group: anyio's
+        ``start_soon`` builds a task handle, a cancel scope and an event per task (a
+        sixth of a busy worker's time at a thousand no-op tasks a second). What the task
+        group gave is kept by hand: an attempt that raises past its handler (a
+        ``BaseException`` such as ``SystemExit``) stops the worker, which raises it
+        (:meth:`_attempt_done`); a worker whose ``run`` is cancelled from outside cancels
+        the attempts still in their handler and waits for them all (:meth:`_reap`); an
+        attempt writing its outcome is never interrupted (what the shield did).
+        """
+        running = asyncio.get_running_loop().create_task(self._run_attempt(attempt))
+        self._attempts[running] = attempt
+        running.add_done_callback(self._attempt_done)
+
+    def _attempt_done(self, running: asyncio.Task[None]) -> None:
+        self._attempts.pop(running, None)
+        if running.cancelled():
+            return
+        error = running.exception()
+        if error is not None and self._crashed is None:
+            self._crashed = error
+            if self._loops is not None:
+                self._loops.cancel_scope.cancel()
+
+    async def _reap(self) -> None:
+        """Once the loops ended: cancel the attempts still in their handler (the worker was
+        cancelled from outside, or a handler ignored its stop past the grace) and wait for
+        every attempt to end, as the task group did. Through the attempt's own scope, so
+        that a handler sees cancellation at each await until it ends, as anyio delivers
+        it; nothing is written for such an attempt (its lease expires)."""
+        for attempt in self._attempts.values():
+            if not attempt.handled:
+                attempt.scope.cancel()
+        if self._attempts:
+            await asyncio.wait(list(self._attempts))
+
     async def _run_attempt(self, attempt: _Attempt) -> None:
         task = attempt.task
-        given_back = False
         try:
             outcome = await self._attempt(attempt)
-            with anyio.CancelScope(shield=True):
-                given_back = True  # its slot is freed (and claimed into) from here on
-                await self._give_back(attempt, outcome)
+            attempt.handled = True  # its slot is freed (and claimed into) from here on
+            await self._give_back(attempt, outcome)
         finally:
             if self._running.get(task.task_id) is attempt:
                 del self._running[task.task_id]
-            if self._stopping or not given_back:
+            if self._stopping or not attempt.handled:
                 self._poke()  # a stop waits for the last attempt; a slot freed only now
 
     async def _attempt(self, attempt: _Attempt) -> AttemptOutcome:
