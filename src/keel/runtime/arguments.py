@@ -14,14 +14,24 @@ Plain (non-task) tools of a Keel server refuse an argument they do not take thro
 
 The refusal is :class:`~keel.errors.ArgumentsRejected` naming the field
 (``arguments.incident_id: …``); over MCP it is ``-32602``.
+
+The signature's schema is built on first use, not at registration: building it imports
+pydantic and makes a model, most of what a ``keel worker`` spent starting up, and a worker
+never checks arguments (issue 19). A handler whose schema might fail to build (a type
+outside :func:`_surely_described`'s plain JSON types) still has it built at registration,
+so that it is refused there, as ever.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
-from collections.abc import Callable, Collection, Mapping
+import math
+import types
+import typing
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from keel.errors import ArgumentsRejected, ConfigurationError
 from keel.model import JsonObject, JsonValue
@@ -44,7 +54,7 @@ def _named(signature: inspect.Signature) -> list[inspect.Parameter]:
     ]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class ArgumentsShape:
     """The arguments one task's handler takes, and the schema they are checked against."""
 
@@ -55,8 +65,23 @@ class ArgumentsShape:
     """Those without a default."""
     open: bool
     """The handler takes ``**kwargs``: any further name is accepted."""
-    schema: JsonObject
-    """The task's ``input_schema``, else its handler signature's (see :func:`signature_schema`)."""
+    parameters: tuple[inspect.Parameter, ...]
+    """The named parameters (see :func:`handler_parameters`)."""
+    input_schema: JsonObject | None
+    """The task's own ``input_schema``, if it has one."""
+
+    @functools.cached_property
+    def schema(self) -> JsonObject:
+        """The task's ``input_schema``, else its handler signature's (see
+        :func:`signature_schema`), built the first time it is read.
+
+        Raises:
+            ConfigurationError: a parameter whose type has no JSON Schema (only for a
+                signature :meth:`of` did not check at registration: never, in practice).
+        """
+        if self.input_schema is not None:
+            return self.input_schema
+        return signature_schema(self.task, list(self.parameters))
 
     @classmethod
     def of(
@@ -74,13 +99,17 @@ class ArgumentsShape:
             ) from exc
         parameters = _named(signature)
         kinds = {p.kind for p in signature.parameters.values()}
-        return cls(
+        shape = cls(
             task=task,
             names=tuple(p.name for p in parameters),
             needed=tuple(p.name for p in parameters if p.default is inspect.Parameter.empty),
             open=inspect.Parameter.VAR_KEYWORD in kinds,
-            schema=signature_schema(task, parameters) if input_schema is None else input_schema,
+            parameters=tuple(parameters),
+            input_schema=input_schema,
         )
+        if input_schema is None and not _surely_described(parameters):
+            _ = shape.schema  # built now: a type without a JSON Schema is refused here
+        return shape
 
     def check(self, arguments: Mapping[str, JsonValue]) -> None:
         """Raises ArgumentsRejected naming the first argument that is wrong."""
@@ -111,6 +140,48 @@ def refuse_unknown(what: str, takes: Collection[str], arguments: Mapping[str, ob
                 name,
                 f"{what} takes no argument {name!r} (it takes: {shown})",
             )
+
+
+_PLAIN_TYPES: tuple[object, ...] = (str, int, float, bool, None, type(None), Any, list, dict)
+"""Annotations pydantic describes as JSON Schema whatever surrounds them."""
+_LITERAL_VALUES = (str, int, bool, type(None))
+
+
+def _surely_described(parameters: Sequence[inspect.Parameter]) -> bool:
+    """Whether :func:`signature_schema` certainly describes these parameters without an
+    error or a warning, so that building their schema can wait for its first use: names
+    pydantic takes as they are (no ``_`` or ``model_`` prefix: those it hides or warns
+    about), JSON scalar defaults, and types made of JSON's own (str, int, float, bool,
+    None, Any, lists, str-keyed dicts, unions and literals of these; or no annotation).
+    Anything else is described at registration, where a failure is reported.
+    """
+    for p in parameters:
+        if p.name.startswith(("_", "model_")):
+            return False
+        if p.default is not inspect.Parameter.empty and not _json_scalar(p.default):
+            return False
+        if p.annotation is not inspect.Parameter.empty and not _plain(p.annotation):
+            return False
+    return True
+
+
+def _json_scalar(value: object) -> bool:
+    if isinstance(value, float):
+        return type(value) is float and math.isfinite(value)
+    return any(type(value) is t for t in (str, int, bool, type(None)))
+
+
+def _plain(annotation: object) -> bool:
+    if any(annotation is t for t in _PLAIN_TYPES):
+        return True
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is Literal:
+        return all(any(type(a) is t for t in _LITERAL_VALUES) for a in args)
+    if origin is typing.Union or origin is types.UnionType or origin is list:
+        return all(_plain(a) for a in args)
+    if origin is dict:
+        return len(args) == 2 and args[0] is str and _plain(args[1])
+    return False
 
 
 def signature_schema(task: str, parameters: list[inspect.Parameter]) -> JsonObject:
