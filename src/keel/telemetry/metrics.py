@@ -9,20 +9,25 @@ counters; Prometheus adds them up across processes (``sum by (tool)``).
 The gauges are read when scraped: ``keel_tasks{status}`` from the store (one
 ``counts()`` read, by :meth:`Metrics.refresh`), the rest from this process.
 docs/observability.md lists every metric.
+
+``prometheus_client`` is imported when the metrics are first read (the registry is made
+then), not when a process starts: a ``keel worker`` without ``--metrics-port`` never
+needs it (issue 19: start-up CPU).
 """
 
 from __future__ import annotations
 
+import functools
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any
-
-from prometheus_client import CollectorRegistry, Gauge, generate_latest
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
-from prometheus_client.utils import floatToGoString
+from typing import TYPE_CHECKING, Any, cast
 
 from keel.model import Status, Task
 from keel.store.observed import Committed, Transition
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry, Gauge
+    from prometheus_client.core import Metric
 
 __all__ = ["CONTENT_TYPE", "Metrics"]
 
@@ -42,10 +47,6 @@ _ENDS_ATTEMPT = {
     "request_input": "input_required",
     "cancel": "cancelled",
 }
-
-
-_go_float: Callable[[float], str] = floatToGoString
-"""How Prometheus writes a bucket's bound (``le``): ``0.005``, ``1.0``, ``+Inf``."""
 
 
 def _tool(task: Task | None) -> str:
@@ -68,6 +69,8 @@ class _Counter:
         self.values[labels] = self.values.get(labels, 0.0) + by
 
     def family(self) -> Metric:
+        from prometheus_client.core import CounterMetricFamily
+
         family = CounterMetricFamily(self.name, self.doc, labels=self.labels)
         for labels, value in list(self.values.items()):
             family.add_metric(list(labels), value)
@@ -94,8 +97,13 @@ class _Histogram:
         kept[1][0] += value
 
     def family(self) -> Metric:
+        from prometheus_client.core import HistogramMetricFamily
+        from prometheus_client.utils import floatToGoString
+
+        # A bound as Prometheus writes it (``le``): ``0.005``, ``1.0``, ``+Inf``.
+        go_float = cast("Callable[[float], str]", floatToGoString)
         family = HistogramMetricFamily(self.name, self.doc, labels=self.labels)
-        edges = [_go_float(b) for b in self.bounds] + ["+Inf"]
+        edges = [go_float(b) for b in self.bounds] + ["+Inf"]
         for labels, (counts, total) in list(self.values.items()):
             cumulative, buckets = 0, []
             for edge, count in zip(edges, counts, strict=True):
@@ -119,12 +127,18 @@ class _Tallies:
         return self.collect()
 
 
+def _gauge(name: str, doc: str, read: Callable[[], float], registry: CollectorRegistry) -> None:
+    from prometheus_client import Gauge
+
+    Gauge(name, doc, registry=registry).set_function(read)
+
+
 class Metrics:
     """The metrics of one process (their own registry: several may live side by side)."""
 
     def __init__(self) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
         self._tallies = _Tallies()
+        self._gauges: list[tuple[str, str, Callable[[], float]]] = []
 
         def counter(name: str, doc: str, labels: Iterable[str] = ("tool",)) -> _Counter:
             kept = _Counter(name, doc, list(labels))
@@ -136,8 +150,6 @@ class Metrics:
             self._tallies.metrics.append(kept)
             return kept
 
-        r = self.registry
-        self.tasks = Gauge("keel_tasks", "Tasks in the store, by status.", ["status"], registry=r)
         self.created = counter("keel_tasks_created", "Tasks created (idempotent repeats not).")
         self.completed = counter("keel_tasks_completed", "Tasks that completed.")
         self.failed = counter("keel_tasks_failed", "Tasks that failed (dead letters included).")
@@ -165,11 +177,32 @@ class Metrics:
             "keel_store_commit_seconds", "A store write, called to committed, by method.",
             ["op"], COMMIT_BUCKETS,
         )  # fmt: skip
-        r.register(self._tallies)
+
+    @functools.cached_property
+    def registry(self) -> CollectorRegistry:
+        """Every metric, as Prometheus reads them: made on first use (a scrape, a test),
+        with ``keel_tasks``, then the counters and histograms, then the gauges."""
+        from prometheus_client import CollectorRegistry
+
+        registry = CollectorRegistry(auto_describe=True)
+        registry.register(self.tasks)
+        registry.register(self._tallies)
+        for name, doc, read in self._gauges:
+            _gauge(name, doc, read, registry)
+        return registry
+
+    @functools.cached_property
+    def tasks(self) -> Gauge:
+        """``keel_tasks{status}``, set from the store when scraped."""
+        from prometheus_client import Gauge
+
+        return Gauge("keel_tasks", "Tasks in the store, by status.", ["status"], registry=None)
 
     def gauge(self, name: str, doc: str, read: Callable[[], float]) -> None:
         """A gauge of this process read when scraped (workers, attempts, listeners)."""
-        Gauge(name, doc, registry=self.registry).set_function(read)
+        self._gauges.append((name, doc, read))
+        if "registry" in self.__dict__:  # already made: it joins it now
+            _gauge(name, doc, read, self.registry)
 
     def set_counts(self, counts: Mapping[Status, int]) -> None:
         """``keel_tasks{status}`` from a store's ``counts()``."""
@@ -178,6 +211,8 @@ class Metrics:
 
     def exposition(self) -> bytes:
         """The Prometheus text of every metric."""
+        from prometheus_client import generate_latest
+
         return generate_latest(self.registry)
 
     # --- the observer ----------------------------------------------------------------
