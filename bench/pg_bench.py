@@ -4,7 +4,7 @@ Measured on the PostgreSQL at ``$KEEL_BENCH_POSTGRES`` (default
 ``postgresql://postgres@127.0.0.1:5432/test``), each run in a fresh schema dropped after:
 
 * **throughput**: no-op tasks claimed, run and completed by ``--workers`` worker processes
-  (``keel worker --app pg_bench:app`` from ``bench/``) at ``--concurrency`` each. The tasks
+  (``keel worker --app pg_bench_app:app`` from ``bench/``) at ``--concurrency`` each. The tasks
   are created first (concurrent creates, grouped into shared transactions); then the
   workers start. ``run/s`` is tasks / (last completion - first claim), both read from the
   store's own timestamps. Each configuration runs ``--repeat`` times; the median is kept;
@@ -54,36 +54,12 @@ import psycopg
 import keel
 from _report import print_targets, write_results
 from keel.model import Task
-from keel.runtime import Keel, TaskContext
 from keel.store import PostgresStore
 
 HERE = Path(__file__).resolve().parent
 KEEL = Path(sys.executable).parent / "keel"
 BASE = os.environ.get("KEEL_BENCH_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
-MARKS = os.environ.get("KEEL_BENCH_MARKS")
 WAIT = 180.0  # seconds any one phase may take before the benchmark gives up
-
-app = Keel()  # the store is given by `keel worker --store`
-
-
-@app.task("noop", lease_seconds=30.0)
-async def noop(ctx: TaskContext) -> None:
-    """Nothing: what is measured is the runtime and the store around it."""
-
-
-@app.task("hold", lease_seconds=30.0)
-async def hold(ctx: TaskContext) -> None:
-    """Run until cancelled; write when ``finally`` ran."""
-    try:
-        await anyio.sleep_forever()
-    finally:
-        if MARKS:
-            line = json.dumps({"task": ctx.task_id, "t": time.time()}) + "\n"
-            fd = os.open(MARKS, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                os.write(fd, line.encode())
-            finally:
-                os.close(fd)
 
 
 def url(schema: str) -> str:
@@ -105,7 +81,7 @@ class Fleet:
 
     def start(self, worker_id: str) -> None:
         proc = subprocess.Popen(
-            [str(KEEL), "worker", "--app", "pg_bench:app", "--store", self.store_url,
+            [str(KEEL), "worker", "--app", "pg_bench_app:app", "--store", self.store_url,
              "--concurrency", str(self.concurrency), "--worker-id", worker_id],
             cwd=HERE, env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE, text=True,
