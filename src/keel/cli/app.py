@@ -1,8 +1,9 @@
 """The ``keel`` command group: global options, error handling, and where commands plug in.
 
-Commands live in their own modules and are added here with ``cli.add_command``; later
-ones (``keel serve``, ``keel worker``, ``keel db migrate``, ``keel bridge …``) slot in the
-same way. Exit codes: 0 ok; 1 an operational error, printed as one line
+Commands live in their own modules, named here in :data:`COMMANDS` and imported when
+one is run (or listed, by ``--help``): ``keel worker`` does not import what ``keel serve``
+or ``keel tasks`` need, and its start-up is counted in every worker process (issue 19).
+Exit codes: 0 ok; 1 an operational error, printed as one line
 ``keel: error: …`` (every :class:`~keel.errors.KeelError`, never a traceback); 2 a usage
 error (click's own).
 
@@ -14,6 +15,7 @@ error: internal error: <type>: <message> (please report)``, exit code 1, unless
 from __future__ import annotations
 
 import errno
+import importlib
 import io
 import os
 import sys
@@ -24,8 +26,6 @@ from typing import Any
 
 import click
 
-from keel.cli.auth import auth
-from keel.cli.bridge import bridge
 from keel.cli.common import (
     CliState,
     KeelCliError,
@@ -33,19 +33,26 @@ from keel.cli.common import (
     data_dir_option,
     store_option,
 )
-from keel.cli.db import db
-from keel.cli.maintenance import backup, check
-from keel.cli.ops import ops
-from keel.cli.serve import serve
-from keel.cli.tasks import tasks
-from keel.cli.worker import worker
 from keel.errors import KeelError
 from keel.store import ENV_VAR
 
-__all__ = ["DEBUG_ENV", "cli", "main"]
+__all__ = ["COMMANDS", "DEBUG_ENV", "cli", "main"]
 
 DEBUG_ENV = "KEEL_DEBUG"
 """Set (to anything but empty or 0), an unexpected exception shows its traceback."""
+
+COMMANDS = {
+    "auth": "keel.cli.auth:auth",
+    "backup": "keel.cli.maintenance:backup",
+    "bridge": "keel.cli.bridge:bridge",
+    "check": "keel.cli.maintenance:check",
+    "db": "keel.cli.db:db",
+    "ops": "keel.cli.ops:ops",
+    "serve": "keel.cli.serve:serve",
+    "tasks": "keel.cli.tasks:tasks",
+    "worker": "keel.cli.worker:worker",
+}
+"""The commands of ``keel`` defined in modules of their own: name -> ``module:attribute``."""
 
 
 def _show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
@@ -61,7 +68,24 @@ class KeelGroup(click.Group):
 
     Its ``make_context`` parses the root options and its ``invoke`` runs every subcommand
     (their parsing included), so between them they see every error of every command.
+
+    Args:
+        lazy: commands imported on first use, by name (``module:attribute``).
     """
+
+    def __init__(self, *args: Any, lazy: dict[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy = dict(lazy or {})
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        spec = self.lazy.pop(cmd_name, None)
+        if spec is not None and cmd_name not in self.commands:
+            module, _, attribute = spec.partition(":")
+            self.add_command(getattr(importlib.import_module(module), attribute), cmd_name)
+        return super().get_command(ctx, cmd_name)
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
         # What a command prints may hold a file name that is not UTF-8 (a lone surrogate
@@ -117,7 +141,7 @@ def _one_line_errors() -> Iterator[None]:
         ) from exc
 
 
-@click.group(cls=KeelGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=KeelGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--version",
     is_flag=True,
@@ -174,19 +198,6 @@ def demo(ctx: click.Context, data_dir: Path, store_only: bool, protocol: str) ->
         click.echo,
         protocol=protocol,
     )
-
-
-cli.add_command(tasks)
-
-
-cli.add_command(worker)
-cli.add_command(serve)
-cli.add_command(bridge)
-cli.add_command(db)
-cli.add_command(check)
-cli.add_command(backup)
-cli.add_command(auth)
-cli.add_command(ops)
 
 
 def main() -> None:
