@@ -7,6 +7,7 @@ Output rule: results go to stdout, warnings and errors to stderr, so that
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ __all__ = [
     "KeelCliError",
     "chosen_location",
     "data_dir_option",
+    "freeze_start_up",
     "log_format_option",
     "remember_store",
     "run_with_store",
@@ -202,3 +204,15 @@ def run_with_store(
             await store.close()
 
     return anyio.run(run)
+
+
+def freeze_start_up() -> None:
+    """Once a long-running command (``keel worker``, ``keel serve``) has started: what it
+    built so far (modules, the app, the store, the SDK's models) lives as long as the
+    process, so move it out of the garbage collector's sight (``gc.freeze``), after one
+    collection so that no garbage is kept with it. Full collections then scan what the
+    work made, not the hundreds of thousands of start-up objects: on a ``keel worker``
+    draining 20,000 PostgreSQL no-op tasks, 11 full collections took 0.345 s of 5.3 s of
+    CPU, 0.036 s once frozen (docs/benchmarks.md)."""
+    gc.collect()
+    gc.freeze()

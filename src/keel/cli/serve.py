@@ -51,6 +51,7 @@ from keel.cli.common import (
     CliState,
     KeelCliError,
     data_dir_option,
+    freeze_start_up,
     log_format_option,
     store_option_helped,
     store_timeout_option,
@@ -411,6 +412,7 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
         click.echo(line, err=True)
     if check:
         return
+    freeze_start_up()
     if transport == "stdio":
         # SIGTERM: listen streams closed with their result, tasks given back, store closed
         run_stdio(

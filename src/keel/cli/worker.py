@@ -14,6 +14,7 @@ from keel.cli.common import (
     CliState,
     KeelCliError,
     chosen_location,
+    freeze_start_up,
     log_format_option,
     store_option,
     store_timeout_option,
@@ -22,6 +23,7 @@ from keel.store import ENV_VAR, parse_location
 from keel.store.maintenance import verify
 
 if TYPE_CHECKING:
+    from keel.runtime import Worker
     from keel.telemetry import Telemetry
 
 __all__ = ["worker"]
@@ -127,21 +129,26 @@ def worker(  # noqa: PLR0917 - click passes every option as an argument
                 if sock is not None:
                     tg.start_soon(_serve_metrics, telemetry, sock, finished)
                 await runner.started.wait()
-                click.echo(
-                    f"keel worker {runner.worker_id}: tasks {', '.join(sorted(app.tasks))} "
-                    f"from {app.location or 'the given store'}; concurrency {concurrency}",
-                    err=True,
-                )
-                if sock is not None:
-                    host, port = sock.getsockname()[:2]
-                    click.echo(f"  metrics: http://{host}:{port}/metrics (/healthz, /readyz)",
-                               err=True)  # fmt: skip
+                _started(runner, app.location, sock)
                 await stop.wait()
                 # The worker gives its tasks back within its grace; then it is cut short.
                 tg.cancel_scope.deadline = anyio.current_time() + runner.shutdown_grace + 1
         await app.close()  # folds a SQLite store's WAL in: the file alone is the store
 
     anyio.run(run)
+
+
+def _started(runner: Worker, location: str | None, sock: socket.socket | None) -> None:
+    """The worker runs: settle the heap, then say so (the line scripts wait for)."""
+    freeze_start_up()
+    click.echo(
+        f"keel worker {runner.worker_id}: tasks {', '.join(sorted(runner.app.tasks))} "
+        f"from {location or 'the given store'}; concurrency {runner.concurrency}",
+        err=True,
+    )
+    if sock is not None:
+        host, port = sock.getsockname()[:2]
+        click.echo(f"  metrics: http://{host}:{port}/metrics (/healthz, /readyz)", err=True)
 
 
 def _listen(host: str, port: int) -> socket.socket:

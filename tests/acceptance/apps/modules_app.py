@@ -1,5 +1,7 @@
-"""A Keel app whose one task writes down the modules its worker process has imported."""
+"""A Keel app whose one task writes down the modules its worker process has imported, and
+how many objects its start-up left frozen out of the garbage collector's sight."""
 
+import gc
 import json
 import sys
 
@@ -12,5 +14,7 @@ app = Keel()  # the store is given by `keel worker --store`
 
 @app.task("modules")
 async def modules(ctx: TaskContext, out: str) -> None:
-    """Write the names of the modules imported so far into the file ``out`` (JSON)."""
-    await anyio.Path(out).write_text(json.dumps(sorted(sys.modules)))
+    """Write the names of the modules imported so far, and ``gc.get_freeze_count()``, into
+    the file ``out`` (JSON)."""
+    seen = {"modules": sorted(sys.modules), "frozen": gc.get_freeze_count()}
+    await anyio.Path(out).write_text(json.dumps(seen))
