@@ -55,6 +55,7 @@ import keel
 from _report import print_targets, write_results
 from keel.model import Task
 from keel.store import PostgresStore
+from peers._peer_run import ServerCpu
 
 HERE = Path(__file__).resolve().parent
 KEEL = Path(sys.executable).parent / "keel"
@@ -169,7 +170,7 @@ async def throughput(workers: int, concurrency: int, tasks: int) -> dict[str, An
         made = await create_many(store, "noop", tasks)
         create_seconds = time.perf_counter() - t0
         cpu_before = children_cpu()
-        with Fleet(store_url, concurrency, worker_env()) as fleet:
+        with ServerCpu() as server, Fleet(store_url, concurrency, worker_env()) as fleet:
             for n in range(workers):
                 fleet.start(f"w{n}")
             fleet.wait_ready()
@@ -192,6 +193,7 @@ async def throughput(workers: int, concurrency: int, tasks: int) -> dict[str, An
         "tasks_per_s": round(tasks / (last - first), 1),
         "create_per_s": round(tasks / create_seconds, 1),
         "worker_cpu_ms_per_task": round(1000 * worker_cpu / tasks, 3),
+        "server_cpu_ms_per_task": round(1000 * server.seconds / tasks, 3),
     }
 
 
@@ -411,11 +413,12 @@ async def main() -> None:
     tmp = Path(os.environ.get("TMPDIR", "/tmp"))
     cancel = await cancel_latency(args.cancel_samples, tmp)
     print(f"\nPostgreSQL {BASE.split('@')[-1]}, {args.tasks} no-op tasks, median of {args.repeat}")
-    print(f"{'workers':>8} {'conc':>5} {'run/s':>9} {'create/s':>9} {'cpu ms/task':>11}  runs")
+    print(f"{'workers':>8} {'conc':>5} {'run/s':>9} {'create/s':>9} {'cpu ms/task':>11} "
+          f"{'server ms/task':>14}  runs")  # fmt: skip
     for r in rows:
         print(f"{r['workers']:>8} {r['concurrency']:>5} {r['tasks_per_s']:>9} "
-              f"{r['create_per_s']:>9} {r['worker_cpu_ms_per_task']:>11}  "
-              f"{r['all_runs_per_s']}")  # fmt: skip
+              f"{r['create_per_s']:>9} {r['worker_cpu_ms_per_task']:>11} "
+              f"{r['server_cpu_ms_per_task']:>14}  {r['all_runs_per_s']}")  # fmt: skip
     print(f"\ncancel across processes: p50 {cancel['p50_ms']} ms, p99 {cancel['p99_ms']} ms, "
           f"max {cancel['max_ms']} ms ({cancel['samples']} samples)")  # fmt: skip
     best = max(r["tasks_per_s"] for r in rows)
@@ -423,14 +426,14 @@ async def main() -> None:
         print(f"\npeers, same shape (pre-filled no-op jobs, {args.workers} processes), "
               "median of the runs alternated with Keel's:")  # fmt: skip
         print(f"{'peer':<60} {'jobs':>6} {'run/s':>9}  {'Keel/peer':>9} {'cpu ms/task':>11}"
-              "  runs")  # fmt: skip
+              f" {'server ms/task':>14}  runs")  # fmt: skip
     for name, row in peers.items():
         peer = PEERS[name]
         row["version"] = peer.version
         row["keel_over_peer"] = round(best / row["tasks_per_s"], 2)
         print(f"{peer.label + ' ' + peer.version:<60} {row['jobs']:>6} {row['tasks_per_s']:>9} "
-              f"{row['keel_over_peer']:>9} {row.get('worker_cpu_ms_per_task', '-'):>11}  "
-              f"{row['all_runs_per_s']}")  # fmt: skip
+              f"{row['keel_over_peer']:>9} {row.get('worker_cpu_ms_per_task', '-'):>11} "
+              f"{row.get('server_cpu_ms_per_task', '-'):>14}  {row['all_runs_per_s']}")  # fmt: skip
     print(f"\nnote: {NOTE} (load average before {load_before[0]:.2f}, "
           f"after {os.getloadavg()[0]:.2f})")  # fmt: skip
     print_targets(
