@@ -147,12 +147,17 @@ def walk(
     levels = (*above, _params(ctx))
     yield Command(path, levels, leaf=not isinstance(command, click.Group))
     if isinstance(command, click.Group):
-        for name, sub in sorted(command.commands.items()):
+        # Through click's listing, not ``.commands``: the root group imports its commands
+        # when asked for them (keel.cli.app.COMMANDS), and every one must be walked.
+        for name in command.list_commands(ctx):
+            sub = command.get_command(ctx, name)
+            assert sub is not None, name
             inner = click.Context(sub, info_name=name, parent=ctx, **sub.context_settings)
             yield from walk(inner, (*path, name), levels)
 
 
 COMMANDS = list(walk(click.Context(cli, info_name="keel", **cli.context_settings)))
+assert len(COMMANDS) > 20, "the walk missed commands"
 
 
 def _values(param: click.Parameter) -> st.SearchStrategy[str]:
