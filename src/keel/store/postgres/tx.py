@@ -100,7 +100,7 @@ class GroupState:
             rows = []
             for stored, new in self.updates.values():
                 row = task_to_row(new, mutable_only=True)
-                row.update(task_id=stored.task_id, old_status=stored.status.value,
+                row.update(task_id=stored.task_id, old_status=stored.status,
                            old_fence=stored.fence)  # fmt: skip
                 rows.append(row)
             self.updates = {}
@@ -196,8 +196,8 @@ class PgTx(PgLeases):
             {
                 "task_id": event.task_id,
                 "at": event.at,
-                "from_status": None if event.from_status is None else event.from_status.value,
-                "to_status": event.to_status.value,
+                "from_status": event.from_status,  # StrEnums: the JSON has their values
+                "to_status": event.to_status,
                 "reason": event.reason,
                 "actor": event.actor,
             }
