@@ -19,6 +19,11 @@ Scenarios, each in one process with the checkout's own ``src/``:
   adapter's group commit and SQL;
 * ``worker-noop``: no-op tasks created, then run by an in-process ``Worker``
   (concurrency 4) on SQLite until all are completed: claim, lease, attempt, outcome;
+* ``worker-noop-pg``: the same on PostgreSQL, as ``keel worker`` runs it (concurrency 32,
+  metrics on: the store observed by :class:`~keel.telemetry.Telemetry`), draining no-op
+  tasks created beforehand by a process outside valgrind, each run in a fresh schema of
+  ``$KEEL_BENCH_POSTGRES`` (default ``postgresql://postgres@127.0.0.1:5432/test``): per
+  task, the worker process's claim, attempt and outcome;
 * ``mcp-task``: ``keel serve`` (``bench/apps/noop_app.py``, SQLite ``synchronous=full``,
   its workers included) counted alone, while a client outside valgrind sends one
   ``tools/call`` creating a no-op task at a time, waits until the store shows them all
@@ -39,6 +44,7 @@ import argparse
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -48,11 +54,13 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 SCENARIOS = {
     "memory-lifecycle": (300, 1500),
     "sqlite-lifecycle": (300, 1500),
     "worker-noop": (200, 1000),
+    "worker-noop-pg": (1000, 3000),
     "mcp-task": (100, 400),
 }
 """Scenario -> (small, large) counts of operations."""
@@ -90,8 +98,30 @@ async def worker(path):
         tg.start_soon(lambda: runner.run(stop=done))
     await app.close()
 
+async def pg_worker(url):
+    from keel.runtime import Keel, Worker
+    from keel.telemetry import Telemetry
+    app = Keel()
+    app.use_store(url)
+    Telemetry(expect_workers=True).attach(app.store)  # as `keel worker` does
+    done = anyio.Event()
+    finished = [0]
+
+    @app.task("noop")
+    async def noop(ctx):
+        finished[0] += 1
+        if finished[0] == count:
+            done.set()
+
+    runner = Worker(app, concurrency=32, worker_id="instr")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: runner.run(stop=done))
+    await app.close()
+
 with tempfile.TemporaryDirectory() as tmp:
-    if scenario == "memory-lifecycle":
+    if scenario == "worker-noop-pg":
+        anyio.run(pg_worker, sys.argv[3])
+    elif scenario == "memory-lifecycle":
         anyio.run(lifecycles, "memory://")
     elif scenario == "sqlite-lifecycle":
         anyio.run(lifecycles, f"sqlite:///{tmp}/s.db?synchronous=normal")
@@ -99,6 +129,25 @@ with tempfile.TemporaryDirectory() as tmp:
         anyio.run(worker, f"{tmp}/w.db")
 """
 
+
+# The tasks ``worker-noop-pg`` drains: ``python -c PG_CREATE URL COUNT``, not counted.
+PG_CREATE = r"""
+import sys, anyio
+from keel.store import PostgresStore
+url, count = sys.argv[1], int(sys.argv[2])
+
+async def main():
+    store = PostgresStore(url)
+    for start in range(0, count, 500):
+        async with anyio.create_task_group() as tg:
+            for _ in range(min(500, count - start)):
+                tg.start_soon(lambda: store.create(name="noop", max_attempts=3))
+    await store.close()
+
+anyio.run(main)
+"""
+
+PG_BASE = os.environ.get("KEEL_BENCH_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 
 # The client of ``mcp-task``: ``python -c CLIENT URL COUNT DB`` from bench/, not counted.
 CLIENT = r"""
@@ -152,9 +201,16 @@ def instructions(root: Path, scenario: str, count: int, client: Path) -> int:
     """Instructions executed by one run of ``scenario`` with ``count`` operations."""
     if scenario == "mcp-task":
         return _served(root, count, client)
+    if scenario == "worker-noop-pg":
+        return _on_postgres(root, count)
+    return _counted(_valgrind(root, [scenario, str(count)]), f"{scenario} x{count}")
+
+
+def _valgrind(root: Path, args: list[str]) -> str:
+    """Run ``SCRIPT`` with ``args`` under valgrind in ``root``'s venv: its stderr."""
     python = root / ".venv" / "bin" / "python"
     done = subprocess.run(
-        [*VALGRIND, str(python), "-c", SCRIPT, scenario, str(count)],
+        [*VALGRIND, str(python), "-c", SCRIPT, *args],
         cwd=root,
         env=_env(),
         capture_output=True,
@@ -163,8 +219,25 @@ def instructions(root: Path, scenario: str, count: int, client: Path) -> int:
         timeout=3600,
     )
     if done.returncode != 0:
-        raise RuntimeError(f"{scenario} x{count} in {root} failed:\n{done.stderr[-3000:]}")
-    return _counted(done.stderr, f"{scenario} x{count}")
+        raise RuntimeError(f"{' '.join(args)} in {root} failed:\n{done.stderr[-3000:]}")
+    return done.stderr
+
+
+def _on_postgres(root: Path, count: int) -> int:
+    """``worker-noop-pg``: ``count`` tasks created outside valgrind, drained under it."""
+    schema = f"keel_instr_{secrets.token_hex(4)}"
+    url = f"{PG_BASE}{'&' if '?' in PG_BASE else '?'}{urlencode({'schema': schema})}"
+    python = root / ".venv" / "bin" / "python"
+    try:
+        subprocess.run([str(python), "-c", PG_CREATE, url, str(count)], cwd=root, env=_env(),
+                       check=True, timeout=600)  # fmt: skip
+        return _counted(_valgrind(root, ["worker-noop-pg", str(count), url]), f"pg x{count}")
+    finally:
+        subprocess.run(
+            [str(python), "-c", "import sys, psycopg; psycopg.connect(sys.argv[1], "
+             "autocommit=True).execute(f'DROP SCHEMA IF EXISTS \"{sys.argv[2]}\" CASCADE')",
+             PG_BASE, schema], check=False, timeout=120,
+        )  # fmt: skip
 
 
 def _served(root: Path, count: int, client: Path) -> int:

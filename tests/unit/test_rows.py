@@ -6,7 +6,7 @@ import dataclasses
 
 from keel.model import InputRequest, Status, Task
 from keel.model.validation import normalize
-from keel.store.rows import compact_json, task_from_row, task_to_row
+from keel.store.rows import compact_json, task_from_row, task_reader, task_to_row
 
 
 def _every_field_set() -> Task:
@@ -43,6 +43,15 @@ def test_a_row_decodes_to_every_field_it_was_encoded_from() -> None:
     assert {f.name: getattr(task, f.name) for f in dataclasses.fields(Task)} == {
         f.name: getattr(task_from_row(task_to_row(task)), f.name) for f in dataclasses.fields(Task)
     }
+
+
+def test_a_driver_tuple_decodes_like_the_mapping_of_its_columns() -> None:
+    """task_reader finds each column by name: any order, columns beyond the task's (the
+    table's ``seq``, ``expires_at``) ignored."""
+    row = {"seq": 42, **task_to_row(_every_field_set())}
+    columns = sorted(row, reverse=True)
+    read = task_reader(columns)
+    assert read(tuple(row[c] for c in columns)) == task_from_row(row) == _every_field_set()
 
 
 def test_a_just_normalized_result_is_stored_as_the_text_it_was_normalized_from() -> None:

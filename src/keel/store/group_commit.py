@@ -258,6 +258,16 @@ class Lane:
             deadlines.popleft()
         self._timer = self.loop.call_at(deadlines[0][0], self._expire) if deadlines else None
 
+    def _answered(self) -> None:
+        """Drop the deadlines of callers answered (at the front: callers are answered in
+        about the order they called). Kept until the timer reached them, their futures and
+        results stayed alive for the whole timeout: a worker completing a few thousand
+        tasks a second held tens of thousands of tasks, which the garbage collector's full
+        collections scanned again and again (a quarter of the worker's CPU)."""
+        deadlines = self._deadlines
+        while deadlines and deadlines[0][1].done():
+            deadlines.popleft()
+
     def _expire(self) -> None:
         """Answer the callers whose time is up with ``late()`` (their ops, if still
         queued, are left out of the next group; if running, :func:`bounded` stops them)."""
@@ -355,6 +365,7 @@ class Lane:
         """Deliver a group that ended on the loop; what is still queued (beyond
         ``max_group``) is the next group."""
         _deliver(batch, outcomes)
+        self._answered()
         if self._queue and not self._scheduled:
             self._scheduled = True
             self.loop.call_soon(self._flush)
@@ -379,6 +390,7 @@ class Lane:
             self._delivered = batch
             self.loop.call_soon(self._forget, batch)  # once its callers have run
         _deliver(batch, outcomes)
+        self._answered()
         self.flushing = False
         if self._queue and not self._scheduled:
             self._scheduled = True

@@ -128,6 +128,10 @@ class _RecordingTx:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._tx, name)
 
+    def load(self, task_id: str) -> Task | None:
+        # Nearly every write reads its task: without a failed lookup before __getattr__.
+        return self._tx.load(task_id)  # type: ignore[no-any-return]
+
     def insert(self, task: Task) -> None:
         self._tx.insert(task)
         self._record.inserted(task)

@@ -6,14 +6,24 @@ JSON columns whose value is not the very object it was read as.
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Mapping
+import operator
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from keel.model import Event, InputRequest, Status, Task
 from keel.model.validation import encoded_text
 
-__all__ = ["MUTABLE_COLUMNS", "compact_json", "event_from_row", "task_from_row", "task_to_row"]
+__all__ = [
+    "MUTABLE_COLUMNS",
+    "TASK_COLUMNS",
+    "compact_json",
+    "event_from_row",
+    "task_from_row",
+    "task_reader",
+    "task_to_row",
+]
 
 MUTABLE_COLUMNS = (
     "status", "updated_at", "status_message", "input_requests", "input_responses", "result",
@@ -116,36 +126,57 @@ def _maybe_loads(text: str | None) -> Any:
 
 _STATUS = {status.value: status for status in Status}
 
+TASK_COLUMNS = tuple(field.name for field in dataclasses.fields(Task))
+"""The columns a :class:`Task` is read from: its fields, by name, in their order."""
+
+_task_values = operator.itemgetter(*TASK_COLUMNS)
+
 
 def task_from_row(row: Mapping[str, Any]) -> Task:
     """The inverse of :func:`task_to_row`."""
-    requests = row["input_requests"]
+    return _task(_task_values(row))
+
+
+def task_reader(columns: Sequence[str]) -> Callable[[Sequence[Any]], Task]:
+    """:func:`task_from_row` for rows given as sequences of ``columns``' values (a driver's
+    tuples): each column is found by name once per result, not once per row, and no
+    mapping is built per row."""
+    pick = operator.itemgetter(*(columns.index(name) for name in TASK_COLUMNS))
+    return lambda values: _task(pick(values))
+
+
+def _task(values: Sequence[Any]) -> Task:
+    """A task from its :data:`TASK_COLUMNS`' values, in that order."""
+    (task_id, status, owner, name, arguments, created_at, updated_at, status_message,
+     requests, responses, result, error, idempotency_key, attempt, max_attempts,
+     lease_owner, lease_expires_at, fence, ready_at, ttl, closed_fence, request_digest,
+     trace_context, claimed_at) = values  # fmt: skip
     # Positional, in Task's field order: the hot path of every read (no keyword parsing).
     return Task(
-        row["task_id"],
-        _STATUS[row["status"]],
-        row["owner"],
-        row["name"],
-        _loads(row["arguments"]),
-        row["created_at"],
-        row["updated_at"],
-        row["status_message"],
+        task_id,
+        _STATUS[status],
+        owner,
+        name,
+        _loads(arguments),
+        created_at,
+        updated_at,
+        status_message,
         {}
         if requests == "{}"
         else {k: InputRequest(r["message"], r["schema"]) for k, r in json.loads(requests).items()},
-        _loads(row["input_responses"]),
-        _maybe_loads(row["result"]),
-        _maybe_loads(row["error"]),
-        row["idempotency_key"],
-        row["attempt"],
-        row["max_attempts"],
-        row["lease_owner"],
-        row["lease_expires_at"],
-        row["fence"],
-        row["ready_at"],
-        row["ttl"],
-        row["closed_fence"],
-        row["request_digest"],
-        _maybe_loads(row["trace_context"]),
-        row["claimed_at"],
+        _loads(responses),
+        _maybe_loads(result),
+        _maybe_loads(error),
+        idempotency_key,
+        attempt,
+        max_attempts,
+        lease_owner,
+        lease_expires_at,
+        fence,
+        ready_at,
+        ttl,
+        closed_fence,
+        request_digest,
+        _maybe_loads(trace_context),
+        claimed_at,
     )

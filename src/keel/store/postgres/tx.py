@@ -24,13 +24,13 @@ from typing import Any
 
 import msgspec
 import psycopg
-from psycopg.rows import dict_row
+from psycopg.rows import RowMaker, dict_row, no_result
 
 from keel.errors import StoreError
 from keel.model import Event, JsonValue, Status, Task
 from keel.store.browse import Position, TaskFilter, sql_where
 from keel.store.postgres.leases import PgLeases
-from keel.store.rows import event_from_row, task_from_row, task_to_row
+from keel.store.rows import event_from_row, task_from_row, task_reader, task_to_row
 from keel.store.sqlfiles import load_queries
 
 __all__ = ["GroupState", "PgTx"]
@@ -79,7 +79,7 @@ class GroupState:
         if not ids:
             return
         query = Q["get_tasks_locked"] if self.write else Q["get_tasks"]
-        found = {r["task_id"]: task_from_row(r) for r in cur.execute(query, {"task_ids": ids})}
+        found = {t.task_id: t for t in task_cursor(cur).execute(query, {"task_ids": ids})}
         for task_id in ids:
             self.cache[task_id] = found.get(task_id)
 
@@ -100,7 +100,7 @@ class GroupState:
             rows = []
             for stored, new in self.updates.values():
                 row = task_to_row(new, mutable_only=True)
-                row.update(task_id=stored.task_id, old_status=stored.status.value,
+                row.update(task_id=stored.task_id, old_status=stored.status,
                            old_fence=stored.fence)  # fmt: skip
                 rows.append(row)
             self.updates = {}
@@ -148,7 +148,7 @@ class PgTx(PgLeases):
 
     def _fetch(self, query: str, params: dict[str, Any]) -> list[Task]:
         self._s.flush(self._cur)
-        tasks = [task_from_row(r) for r in self._cur.execute(Q[query], params)]
+        tasks = task_cursor(self._cur).execute(Q[query], params).fetchall()
         for task in tasks:
             # A held-back change is newer than the row (flushed above, so none are left).
             self._s.cache[task.task_id] = task
@@ -159,8 +159,7 @@ class PgTx(PgLeases):
         if task_id in cache:
             return cache[task_id]
         query = Q["get_task_locked"] if self._s.write else Q["get_task"]
-        row = self._cur.execute(query, {"task_id": task_id}).fetchone()
-        task = None if row is None else task_from_row(row)
+        task = task_cursor(self._cur).execute(query, {"task_id": task_id}).fetchone()
         cache[task_id] = task
         return task
 
@@ -197,8 +196,8 @@ class PgTx(PgLeases):
             {
                 "task_id": event.task_id,
                 "at": event.at,
-                "from_status": None if event.from_status is None else event.from_status.value,
-                "to_status": event.to_status.value,
+                "from_status": event.from_status,  # StrEnums: the JSON has their values
+                "to_status": event.to_status,
                 "reason": event.reason,
                 "actor": event.actor,
             }
@@ -278,8 +277,7 @@ class PgTx(PgLeases):
         )
         self._s.flush(self._cur)
         query = Q["browse_tasks"].replace("{where}", condition)
-        rows = self._cur.execute(query.encode(), {**params, "limit": limit})
-        return [task_from_row(r) for r in rows]
+        return task_cursor(self._cur).execute(query.encode(), {**params, "limit": limit}).fetchall()
 
     def claim(
         self, names: Collection[str], now: float, worker: str, lease: float, limit: int
@@ -288,7 +286,7 @@ class PgTx(PgLeases):
         self._s.flush(self._cur)
         params = {"names": list(names), "now": now, "worker": worker, "lease": lease,
                   "limit": limit}  # fmt: skip
-        tasks = [task_from_row(r) for r in self._cur.execute(Q["claim"], params)]
+        tasks = task_cursor(self._cur).execute(Q["claim"], params).fetchall()
         for task in tasks:
             self._s.cache[task.task_id] = task
         if tasks:
@@ -299,3 +297,18 @@ class PgTx(PgLeases):
 def cursor(conn: psycopg.Connection[Any]) -> psycopg.Cursor[dict[str, Any]]:
     """A cursor whose rows are dicts (what :func:`task_from_row` reads)."""
     return conn.cursor(row_factory=dict_row)
+
+
+def task_cursor(cur: psycopg.Cursor[Any]) -> psycopg.Cursor[Task]:
+    """A cursor beside ``cur`` for statements that return whole tasks (``SELECT *`` of
+    ``tasks``): each row becomes a :class:`Task` straight from the driver's tuple, where a
+    dict per row cost as much again as the Task (see :func:`task_reader`)."""
+    return cur.connection.cursor(row_factory=_task_row)
+
+
+def _task_row(cur: Any) -> RowMaker[Task]:
+    """psycopg's row factory of :func:`task_cursor`: called once per result."""
+    description = cur.description
+    if description is None:
+        return no_result
+    return task_reader([column.name for column in description])
