@@ -4,8 +4,9 @@ Its start-up is counted in every worker process a deployment (or bench/pg_bench.
 starts (issue 19): no pydantic (a task's argument schema is built when a task is
 submitted, and a worker submits none), no prometheus_client (without --metrics-port
 nothing reads the metrics), no other command's module, no MCP layer. And what it built
-to start is frozen out of the garbage collector's sight (``freeze_start_up``), so that
-full collections do not scan it again and again.
+to start is frozen out of the garbage collector's sight, and the youngest generation
+collected less often (``settle_heap``), so that collections do not scan it again and
+again.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from keel.cli.common import YOUNG_COLLECTION
 from keel.model import Status, Task
 from keel.store import SqliteStore
 
@@ -55,5 +57,6 @@ async def test_a_worker_that_ran_a_task_imported_nothing_it_does_not_need(
     seen = json.loads(out.read_text())
     imported = set(seen["modules"])
     assert seen["frozen"] > 10_000  # the modules, the app and the store, at the least
+    assert seen["threshold"][0] == YOUNG_COLLECTION
     assert "keel.cli.worker" in imported
     assert {m for m in imported if m.partition(".")[0] in NOT_NEEDED or m in NOT_NEEDED} == set()

@@ -51,8 +51,8 @@ from keel.cli.common import (
     CliState,
     KeelCliError,
     data_dir_option,
-    freeze_start_up,
     log_format_option,
+    settle_heap,
     store_option_helped,
     store_timeout_option,
 )
@@ -412,7 +412,7 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
         click.echo(line, err=True)
     if check:
         return
-    freeze_start_up()
+    settle_heap()
     if transport == "stdio":
         # SIGTERM: listen streams closed with their result, tasks given back, store closed
         run_stdio(

@@ -14,8 +14,8 @@ from keel.cli.common import (
     CliState,
     KeelCliError,
     chosen_location,
-    freeze_start_up,
     log_format_option,
+    settle_heap,
     store_option,
     store_timeout_option,
 )
@@ -140,7 +140,7 @@ def worker(  # noqa: PLR0917 - click passes every option as an argument
 
 def _started(runner: Worker, location: str | None, sock: socket.socket | None) -> None:
     """The worker runs: settle the heap, then say so (the line scripts wait for)."""
-    freeze_start_up()
+    settle_heap()
     click.echo(
         f"keel worker {runner.worker_id}: tasks {', '.join(sorted(runner.app.tasks))} "
         f"from {location or 'the given store'}; concurrency {runner.concurrency}",
