@@ -458,7 +458,8 @@ class Worker:
         cancelled from outside, or a handler ignored its stop past the grace) and wait for
         every attempt to end, as the task group did. Through the attempt's own scope, so
         that a handler sees cancellation at each await until it ends, as anyio delivers
-        it; nothing is written for such an attempt (its lease expires)."""
+        it. Its outcome is then what its stop reason says: given back if the worker was
+        stopping, else nothing written (its lease expires and recovery retries it)."""
         for attempt in self._attempts.values():
             if not attempt.handled:
                 attempt.scope.cancel()
