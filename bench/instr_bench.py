@@ -78,10 +78,11 @@ async def lifecycles(url):
         await store.cancel(task.task_id)
     await store.close()
 
-async def worker(path):
-    from keel.runtime import Keel, Worker
+def counting_app(url):
+    # an app on url whose no-op task sets the event once count of them ran
+    from keel.runtime import Keel
     app = Keel()
-    app.use_store(f"sqlite:///{path}?synchronous=normal")
+    app.use_store(url)
     done = anyio.Event()
     finished = [0]
 
@@ -91,6 +92,11 @@ async def worker(path):
         if finished[0] == count:
             done.set()
 
+    return app, done
+
+async def worker(path):
+    from keel.runtime import Worker
+    app, done = counting_app(f"sqlite:///{path}?synchronous=normal")
     for _ in range(count):
         await app.submit("noop")
     runner = Worker(app, concurrency=4, worker_id="instr")
@@ -99,20 +105,10 @@ async def worker(path):
     await app.close()
 
 async def pg_worker(url):
-    from keel.runtime import Keel, Worker
+    from keel.runtime import Worker
     from keel.telemetry import Telemetry
-    app = Keel()
-    app.use_store(url)
+    app, done = counting_app(url)
     Telemetry(expect_workers=True).attach(app.store)  # as `keel worker` does
-    done = anyio.Event()
-    finished = [0]
-
-    @app.task("noop")
-    async def noop(ctx):
-        finished[0] += 1
-        if finished[0] == count:
-            done.set()
-
     runner = Worker(app, concurrency=32, worker_id="instr")
     async with anyio.create_task_group() as tg:
         tg.start_soon(lambda: runner.run(stop=done))
