@@ -4,7 +4,9 @@ Measured on the PostgreSQL at ``$KEEL_BENCH_POSTGRES`` (default
 ``postgresql://postgres@127.0.0.1:5432/test``), each run in a fresh schema dropped after:
 
 * **throughput**: no-op tasks claimed, run and completed by ``--workers`` worker processes
-  (``keel worker --app pg_bench_app:app`` from ``bench/``) at ``--concurrency`` each. The tasks
+  (``keel worker --app pg_bench_app:app`` from ``bench/``) at ``--concurrency`` each
+  (``--prefetch``: the worker's values to compare, alternated; ``ahead`` in the table, ``-``
+  for its default). The tasks
   are created first (concurrent creates, grouped into shared transactions); then the
   workers start. ``run/s`` is tasks / (last completion - first claim), both read from the
   store's own timestamps. Each configuration runs ``--repeat`` times; the median is kept;
@@ -75,15 +77,19 @@ def drop(schema: str) -> None:
 class Fleet:
     """``keel worker`` processes; all stopped when the block ends."""
 
-    def __init__(self, store_url: str, concurrency: int, env: dict[str, str]) -> None:
+    def __init__(
+        self, store_url: str, concurrency: int, env: dict[str, str], prefetch: int | None = None
+    ) -> None:
         self.store_url, self.concurrency, self.env = store_url, concurrency, env
+        self.prefetch = prefetch
         self.procs: list[subprocess.Popen[str]] = []
         self.ready: list[threading.Event] = []
 
     def start(self, worker_id: str) -> None:
         proc = subprocess.Popen(
             [str(KEEL), "worker", "--app", "pg_bench_app:app", "--store", self.store_url,
-             "--concurrency", str(self.concurrency), "--worker-id", worker_id],
+             "--concurrency", str(self.concurrency), "--worker-id", worker_id,
+             *([] if self.prefetch is None else ["--prefetch", str(self.prefetch)])],
             cwd=HERE, env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
@@ -160,7 +166,9 @@ def wait_until_done(direct: str, tasks: int) -> None:
             time.sleep(0.25)  # the harness's own poll, in a thread: nothing else to do
 
 
-async def throughput(workers: int, concurrency: int, tasks: int) -> dict[str, Any]:
+async def throughput(
+    workers: int, concurrency: int, prefetch: int | None, tasks: int
+) -> dict[str, Any]:
     schema = f"keel_bench_{secrets.token_hex(4)}"
     store_url = url(schema)
     store = PostgresStore(store_url)
@@ -170,7 +178,7 @@ async def throughput(workers: int, concurrency: int, tasks: int) -> dict[str, An
         made = await create_many(store, "noop", tasks)
         create_seconds = time.perf_counter() - t0
         cpu_before = children_cpu()
-        with ServerCpu() as server, Fleet(store_url, concurrency, worker_env()) as fleet:
+        with ServerCpu() as server, Fleet(store_url, concurrency, worker_env(), prefetch) as fleet:
             for n in range(workers):
                 fleet.start(f"w{n}")
             fleet.wait_ready()
@@ -188,6 +196,7 @@ async def throughput(workers: int, concurrency: int, tasks: int) -> dict[str, An
     return {
         "workers": workers,
         "concurrency": concurrency,
+        "prefetch": prefetch,
         "tasks": tasks,
         "seconds": round(last - first, 3),
         "tasks_per_s": round(tasks / (last - first), 1),
@@ -365,6 +374,13 @@ async def main() -> None:
     parser.add_argument("--tasks", type=int, default=20_000)
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[32])
+    parser.add_argument(
+        "--prefetch",
+        type=int,
+        nargs="+",
+        default=[None],
+        help="keel worker --prefetch values to compare (default: the worker's own default)",
+    )
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--cancel-samples", type=int, default=50)
     parser.add_argument("--quick", action="store_true")
@@ -383,13 +399,14 @@ async def main() -> None:
     for python in [*pythons.values(), Path(sys.executable)]:
         precompile(python, Path(keel.__file__).parent, HERE)
     load_before = os.getloadavg()
-    runs_by_concurrency: dict[int, list[dict[str, Any]]] = {c: [] for c in args.concurrency}
+    shapes = [(c, p) for c in args.concurrency for p in args.prefetch]
+    runs_by_shape: dict[tuple[int, int | None], list[dict[str, Any]]] = {s: [] for s in shapes}
     peer_runs: dict[str, list[dict[str, Any]]] = {peer.name: [] for peer in chosen}
     for n in range(args.repeat):  # Keel and the peers alternate: all see the same machine
-        for concurrency in args.concurrency:
-            run = await throughput(args.workers, concurrency, args.tasks)
-            runs_by_concurrency[concurrency].append(run)
-            print(f"  keel {n + 1}/{args.repeat}, concurrency {concurrency}: "
+        for concurrency, prefetch in shapes:
+            run = await throughput(args.workers, concurrency, prefetch, args.tasks)
+            runs_by_shape[concurrency, prefetch].append(run)
+            print(f"  keel {n + 1}/{args.repeat}, concurrency {concurrency} prefetch {prefetch}: "
                   f"{run['tasks_per_s']}/s", file=sys.stderr, flush=True)  # fmt: skip
         for peer in chosen:
             jobs = min(args.tasks, peer.max_jobs or args.tasks)
@@ -400,7 +417,7 @@ async def main() -> None:
             print(f"  {peer.name} {n + 1}/{args.repeat}: {row['tasks_per_s']}/s",
                   file=sys.stderr, flush=True)  # fmt: skip
     rows = []
-    for runs in runs_by_concurrency.values():
+    for runs in runs_by_shape.values():
         runs.sort(key=lambda r: r["tasks_per_s"])
         median = runs[len(runs) // 2]
         median["all_runs_per_s"] = [r["tasks_per_s"] for r in runs]
@@ -413,10 +430,11 @@ async def main() -> None:
     tmp = Path(os.environ.get("TMPDIR", "/tmp"))
     cancel = await cancel_latency(args.cancel_samples, tmp)
     print(f"\nPostgreSQL {BASE.split('@')[-1]}, {args.tasks} no-op tasks, median of {args.repeat}")
-    print(f"{'workers':>8} {'conc':>5} {'run/s':>9} {'create/s':>9} {'cpu ms/task':>11} "
-          f"{'server ms/task':>14}  runs")  # fmt: skip
+    print(f"{'workers':>8} {'conc':>5} {'ahead':>5} {'run/s':>9} {'create/s':>9} "
+          f"{'cpu ms/task':>11} {'server ms/task':>14}  runs")  # fmt: skip
     for r in rows:
-        print(f"{r['workers']:>8} {r['concurrency']:>5} {r['tasks_per_s']:>9} "
+        ahead = "-" if r["prefetch"] is None else r["prefetch"]
+        print(f"{r['workers']:>8} {r['concurrency']:>5} {ahead:>5} {r['tasks_per_s']:>9} "
               f"{r['create_per_s']:>9} {r['worker_cpu_ms_per_task']:>11} "
               f"{r['server_cpu_ms_per_task']:>14}  {r['all_runs_per_s']}")  # fmt: skip
     print(f"\ncancel across processes: p50 {cancel['p50_ms']} ms, p99 {cancel['p99_ms']} ms, "

@@ -44,6 +44,13 @@ __all__ = ["worker"]
     type=click.IntRange(1, 10_000),
     help="Attempts run at once.",
 )
+@click.option(
+    "--prefetch",
+    default=None,
+    type=click.IntRange(0, 10_000),
+    help="Tasks claimed beyond the free slots while handlers are short, each waiting for a "
+    "slot (given back after 1 s)  [default: as many as --concurrency; 0: none]",
+)
 @click.option("--worker-id", default=None, help="Name in leases and history (default host:pid).")
 @click.option("-v", "--verbose", is_flag=True, help="Log what the worker does.")
 @click.option(
@@ -68,6 +75,7 @@ def worker(  # noqa: PLR0917 - click passes every option as an argument
     ctx: click.Context,
     app_spec: str,
     concurrency: int,
+    prefetch: int | None,
     worker_id: str | None,
     verbose: bool,
     metrics_port: int | None,
@@ -106,7 +114,7 @@ def worker(  # noqa: PLR0917 - click passes every option as an argument
     telemetry = Telemetry(expect_workers=True)
     telemetry.attach(app.store)  # counts and logs what it commits; /readyz reads it
     sock = None if metrics_port is None else _listen(metrics_host, metrics_port)
-    runner = Worker(app, concurrency=concurrency, worker_id=worker_id)
+    runner = Worker(app, concurrency=concurrency, prefetch=prefetch, worker_id=worker_id)
 
     async def run() -> None:
         stop, finished = anyio.Event(), anyio.Event()

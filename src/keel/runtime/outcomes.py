@@ -25,10 +25,12 @@ from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
 import typing_extensions
 
 from keel.errors import ConfigurationError, InputDeclined, TaskFailed, ToolError
-from keel.model import INTERNAL_ERROR, JsonObject, JsonValue
+from keel.model import INTERNAL_ERROR, JsonObject, JsonValue, Task
+from keel.telemetry import tracing
 
 if TYPE_CHECKING:
     from jsonschema import Draft202012Validator
+    from opentelemetry.trace import Span
     from pydantic import BaseModel, TypeAdapter
     from pydantic.json_schema import GenerateJsonSchema
 
@@ -47,8 +49,10 @@ __all__ = [
     "ToolResult",
     "backoff",
     "crash_error",
+    "deadline_error",
     "error_result",
     "tool_result",
+    "traced_end",
 ]
 
 S = TypeVar("S")
@@ -410,3 +414,28 @@ def backoff(attempt: int, *, base: float, cap: float, rng: random.Random | None 
     """Seconds to wait before attempt ``attempt + 1``: exponential, capped, full jitter."""
     ceiling = min(cap, base * 2 ** max(0, attempt - 1))
     return (rng or random).uniform(ceiling / 2, ceiling)
+
+
+def deadline_error(seconds: float | None) -> JsonObject:
+    """The error of an attempt stopped by its task's deadline."""
+    return {"code": INTERNAL_ERROR, "message": f"deadline of {seconds:g}s exceeded"}
+
+
+def traced_end(span: Span, task: Task, outcome: AttemptOutcome) -> None:
+    """Say on the attempt's span how it ended (see :mod:`keel.telemetry.tracing`)."""
+    match outcome:
+        case Completed(output):
+            tracing.end_attempt(span, "completed", "completed",
+                                error="tool error" if output.is_error else None)  # fmt: skip
+        case Failed(error):
+            tracing.end_attempt(span, "failed", "failed", error=str(error.get("message")))
+        case Retry(error):
+            last = task.attempt >= task.max_attempts
+            tracing.end_attempt(span, "error", "failed" if last else "working",
+                                error=str(error.get("message")))  # fmt: skip
+        case Parked(keys):
+            tracing.input_requested(span, keys)
+            tracing.end_attempt(span, "input_required", "input_required")
+        case Stopped(reason, release=release):
+            status = "working" if release else reason.removeprefix("task is ")
+            tracing.end_attempt(span, "released" if release else "stopped", status)

@@ -41,7 +41,6 @@ from dataclasses import dataclass, field
 import anyio
 import anyio.abc
 from opentelemetry.context import Context
-from opentelemetry.trace import Span
 
 from keel.errors import (
     InvalidPayload,
@@ -52,7 +51,7 @@ from keel.errors import (
     TaskAlreadyTerminal,
     TaskNotFound,
 )
-from keel.model import INTERNAL_ERROR, JsonObject, Status, Task
+from keel.model import INTERNAL_ERROR, Status, Task
 from keel.runtime.app import DEFAULT_LEASE, Keel
 from keel.runtime.context import Parking, TaskContext
 from keel.runtime.outcomes import (
@@ -68,9 +67,12 @@ from keel.runtime.outcomes import (
     ToolOutput,
     backoff,
     crash_error,
+    deadline_error,
     error_result,
     tool_result,
+    traced_end,
 )
+from keel.runtime.slots import Slots
 from keel.store import Store
 from keel.store.base import MAX_CLAIM_BATCH
 from keel.store.protocol import WakeUps
@@ -91,7 +93,11 @@ SHUTTING_DOWN = "worker shutting down"
 UNRENEWED = "lease could not be renewed before it expired"
 """Why an attempt stopped when the store was unavailable for longer than its lease: its
 task is given back (released) when the store returns, not counted as a failed attempt."""
-GIVE_BACK = frozenset({SHUTTING_DOWN, UNRENEWED})
+BUSY = "waited too long for a free slot of its worker"
+"""Why an attempt claimed ahead (``prefetch``) stopped before its handler ran: its task is
+given back (released, uncounted) for any worker to take."""
+GIVE_BACK = frozenset({SHUTTING_DOWN, UNRENEWED, BUSY})
+PREFETCH_WAIT = 1.0  # seconds an attempt claimed ahead waits for a slot before it gives back
 OUTCOME_RETRY_BASE = 0.05  # seconds before the second try of an outcome write
 OUTCOME_RETRY_CAP = 1.0  # seconds at most between tries: written soon after the store returns
 
@@ -101,12 +107,17 @@ class _Attempt:
     task: Task
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     renewed: float = field(default_factory=time.monotonic)
+    claimed: float = field(default_factory=time.monotonic)
     stop_reason: str | None = None
     traced: bool = False
     """Whether spans are recorded (looked up once per claimed batch, not per attempt)."""
     trace_parent: Context | None = None
     handled: bool = False
     """The handler is done: the attempt is writing its outcome, which nothing interrupts."""
+    slot: bool = False
+    """It holds one of the worker's handler slots (see :mod:`keel.runtime.slots`)."""
+    waiting_since: float | None = None
+    """time.monotonic() when it began to wait for a slot (claimed ahead), while it waits."""
 
     def stop(self, reason: str) -> None:
         if self.stop_reason is None:
@@ -119,7 +130,12 @@ class Worker:
 
     Args:
         app: the :class:`~keel.runtime.Keel` whose task names this worker claims.
-        concurrency: attempts run at once.
+        concurrency: handlers run at once.
+        prefetch: tasks claimed beyond the free slots, each waiting for a slot, so that
+            short handlers run while the outcomes of the last ones are being written
+            (see :meth:`_ahead`; None: as many as ``concurrency``); 0 claims only for free
+            slots.
+        prefetch_wait: seconds a task claimed ahead waits for a slot before it is given back.
         worker_id: how leases and history name this worker (default host:pid:random).
         shutdown_grace: seconds a stop waits for running attempts to give their tasks
             back, before it leaves the rest to their leases.
@@ -130,18 +146,28 @@ class Worker:
         app: Keel,
         *,
         concurrency: int = 4,
+        prefetch: int | None = None,
         worker_id: str | None = None,
         claim_interval: float = CLAIM_INTERVAL,
         watch_interval: float = WATCH_INTERVAL,
         recover_interval: float = RECOVER_INTERVAL,
         purge_interval: float = PURGE_INTERVAL,
         shutdown_grace: float = SHUTDOWN_GRACE,
+        prefetch_wait: float = PREFETCH_WAIT,
         rng: random.Random | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
+        if prefetch is None:
+            prefetch = concurrency
+        if prefetch < 0:
+            raise ValueError("prefetch must be >= 0")
         self.app = app
         self.concurrency = concurrency
+        self.prefetch = prefetch
+        self.prefetch_wait = prefetch_wait
+        self._slots = Slots(concurrency)
+        self._ahead_ok = False  # see _ahead
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(2)}"
         self.claim_interval = claim_interval
         self.watch_interval = watch_interval
@@ -184,6 +210,15 @@ class Worker:
         """Note a store outage (see :meth:`_recover_loop`)."""
         if isinstance(exc, StoreUnavailable):
             self._outage_seen = time.monotonic()
+
+    @property
+    def _ahead(self) -> int:
+        """Tasks to claim beyond the free slots: ``prefetch`` while handlers are short. Off
+        at first, on once a handler ends within ``prefetch_wait`` of its claim, off
+        again when an attempt claimed ahead gave its task back because the slots stayed
+        taken (long handlers): a worker busy with long tasks holds no others from the
+        workers that could run them, and claims and gives back nothing in a loop."""
+        return self.prefetch if self._ahead_ok else 0
 
     @property
     def _busy(self) -> int:
@@ -284,7 +319,8 @@ class Worker:
             # A wake-up that comes while the claim below is in flight must not be lost:
             # the event it sets is the one waited on afterwards.
             wake = self._wake = anyio.Event()
-            free = self.concurrency - self._busy
+            room = self.concurrency + self._ahead
+            free = room - self._busy
             claimed: list[Task] = []
             if free > 0:
                 turn = (turn + 1) % max(len(groups), 1)  # no group waits behind others
@@ -301,7 +337,7 @@ class Worker:
                 attempt = _Attempt(task, traced=traced, trace_parent=parent)
                 self._running[task.task_id] = attempt
                 self._start_attempt(attempt)
-            if len(claimed) >= min(free, MAX_CLAIM_BATCH) > 0 and self._busy < self.concurrency:
+            if len(claimed) >= min(free, MAX_CLAIM_BATCH) > 0 and self._busy < room:
                 continue  # it took all it asked for: there may be more ready right now
             if self.stopping:
                 break
@@ -371,6 +407,7 @@ class Worker:
         store = self.app.store
         while True:
             await anyio.sleep(self.watch_interval)
+            self._give_back_waiting()
             watched = dict(self._running)  # attempts claimed during the read are not judged
             if not watched:
                 continue
@@ -471,8 +508,12 @@ class Worker:
         try:
             outcome = await self._attempt(attempt)
             attempt.handled = True  # its slot is freed (and claimed into) from here on
+            self._free_slot(attempt)
+            if self.prefetch and not self._ahead_ok:
+                self._ahead_ok = time.monotonic() - attempt.claimed < self.prefetch_wait
             await self._give_back(attempt, outcome)
         finally:
+            self._free_slot(attempt)
             if self._running.get(task.task_id) is attempt:
                 del self._running[task.task_id]
             if self._stopping or not attempt.handled:
@@ -484,7 +525,7 @@ class Worker:
             return await self._outcome(attempt)
         with tracing.attempt_span(attempt.task, self.worker_id, attempt.trace_parent) as span:
             outcome = await self._outcome(attempt)
-            _traced(span, attempt.task, outcome)
+            traced_end(span, attempt.task, outcome)
         return outcome
 
     async def _outcome(self, attempt: _Attempt) -> AttemptOutcome:
@@ -493,11 +534,40 @@ class Worker:
         handler did meanwhile."""
         outcome: AttemptOutcome | None = None
         with attempt.scope:
+            if not self._slots.try_take():
+                await self._wait_for_slot(attempt)
+            attempt.slot = True
             outcome = await self._handle(attempt)
         if outcome is None or attempt.scope.cancelled_caught or attempt.stop_reason:
             reason = attempt.stop_reason or "cancelled"
             outcome = Stopped(reason, release=reason in GIVE_BACK)
         return outcome
+
+    async def _wait_for_slot(self, attempt: _Attempt) -> None:
+        """Wait (claimed ahead) until a handler ends; :meth:`_give_back_waiting` stops the
+        wait if it lasts."""
+        attempt.waiting_since = time.monotonic()
+        try:
+            await self._slots.take()
+        finally:
+            attempt.waiting_since = None
+
+    def _free_slot(self, attempt: _Attempt) -> None:
+        if attempt.slot:
+            attempt.slot = False
+            self._slots.free()
+
+    def _give_back_waiting(self) -> None:
+        """Stop the attempts claimed ahead that waited ``prefetch_wait`` seconds for a slot
+        (their tasks are given back), and claim ahead no more for now (see :meth:`_ahead`)."""
+        if not self._slots.waiting:
+            return
+        now = time.monotonic()
+        for attempt in self._running.values():
+            since = attempt.waiting_since
+            if since is not None and now - since >= self.prefetch_wait:
+                attempt.stop(BUSY)
+                self._ahead_ok = False
 
     async def _handle(self, attempt: _Attempt) -> AttemptOutcome | None:
         """The handler's own ending, or None when it found it no longer owns the task."""
@@ -518,7 +588,7 @@ class Worker:
                 with anyio.move_on_after(options.deadline_seconds) as deadline:
                     value = await definition.handler(ctx, **task.arguments)
                 if deadline.cancelled_caught:
-                    return Retry(_deadline_error(options.deadline_seconds))
+                    return Retry(deadline_error(options.deadline_seconds))
             return Completed(tool_result(value, definition.output))
         except Parking as parked:
             return Parked(tuple(parked.keys))
@@ -609,27 +679,3 @@ class Worker:
         except StoreError as exc:
             # The lease will expire and recovery will run the task again.
             log.warning("cannot record the outcome of %s: %s", task.task_id, exc)
-
-
-def _traced(span: Span, task: Task, outcome: AttemptOutcome) -> None:
-    """Say on the attempt's span how it ended (see :mod:`keel.telemetry.tracing`)."""
-    match outcome:
-        case Completed(output):
-            tracing.end_attempt(span, "completed", "completed",
-                                error="tool error" if output.is_error else None)  # fmt: skip
-        case Failed(error):
-            tracing.end_attempt(span, "failed", "failed", error=str(error.get("message")))
-        case Retry(error):
-            last = task.attempt >= task.max_attempts
-            tracing.end_attempt(span, "error", "failed" if last else "working",
-                                error=str(error.get("message")))  # fmt: skip
-        case Parked(keys):
-            tracing.input_requested(span, keys)
-            tracing.end_attempt(span, "input_required", "input_required")
-        case Stopped(reason, release=release):
-            status = "working" if release else reason.removeprefix("task is ")
-            tracing.end_attempt(span, "released" if release else "stopped", status)
-
-
-def _deadline_error(seconds: float | None) -> JsonObject:
-    return {"code": INTERNAL_ERROR, "message": f"deadline of {seconds:g}s exceeded"}
