@@ -1,7 +1,8 @@
-"""Claiming ahead (``Worker(prefetch=N)``): a worker whose handlers are short claims up to
-``N`` tasks beyond its free slots; they wait for a slot in turn, never more than
-``concurrency`` handlers at once; one that waits ``prefetch_wait`` seconds is given back
-(ready again for any worker), and the worker then stops claiming ahead."""
+"""Claiming ahead (``Worker(prefetch=N)``): a worker claims beyond its free slots as many
+tasks as handlers ended lately (in the last quarter of ``prefetch_wait``), at most ``N``;
+they wait for a slot in turn, never more than ``concurrency`` handlers at once; one that
+waits ``prefetch_wait`` seconds is given back (ready again for any worker), and the worker
+then claims none ahead until handlers end again."""
 
 from __future__ import annotations
 
@@ -65,17 +66,18 @@ class Gated:
 
         await eventually(check, f"{task_id} completed")
 
-    async def warmed(self) -> None:
-        """Run one short task: claiming ahead is on once it ended."""
-        first = await self.app.submit("short")
-        await self.completed(first.task_id)
+    async def warmed(self, count: int) -> None:
+        """Run ``count`` short tasks: the worker then claims as many ahead."""
+        for _ in range(count):
+            task = await self.app.submit("short")
+            await self.completed(task.task_id)
 
 
 async def test_tasks_claimed_ahead_wait_for_a_slot_and_all_run() -> None:
     g = Gated()
     w = worker(g.app, concurrency=2, prefetch=2, prefetch_wait=WAIT)
     async with running(w):
-        await g.warmed()
+        await g.warmed(2)
         ids = [(await g.app.submit("gated")).task_id for _ in range(6)]
 
         async def four_claimed() -> bool:
@@ -94,11 +96,13 @@ async def test_tasks_claimed_ahead_wait_for_a_slot_and_all_run() -> None:
 
 async def test_a_task_claimed_ahead_that_waits_too_long_is_given_back() -> None:
     g = Gated()
-    w = worker(g.app, concurrency=1, prefetch=1, prefetch_wait=0.05)
+    w = worker(g.app, concurrency=1, prefetch=1, prefetch_wait=0.2)
+    short = await g.app.submit("short")
+    holder = await g.app.submit("gated")
+    waiter = await g.app.submit("gated")
     async with running(w):
-        await g.warmed()
-        holder = await g.app.submit("gated")
-        waiter = await g.app.submit("gated")
+        # The short task runs first; as it ends, the freed slot and one ahead are claimed.
+        await g.arrival(holder.task_id)
 
         async def given_back() -> bool:
             history = await g.store.history(waiter.task_id)
@@ -112,16 +116,17 @@ async def test_a_task_claimed_ahead_that_waits_too_long_is_given_back() -> None:
             None,
             1,  # not counted as an attempt
         )
-        assert w._ahead == 0  # claiming ahead is off: it is not taken again
+        assert w._ahead == 0  # none claimed ahead until handlers end again
         assert w.running == [holder.task_id]
         g.open(holder.task_id)
         await g.completed(holder.task_id)
         await g.arrival(waiter.task_id)
         g.open(waiter.task_id)
         await g.completed(waiter.task_id)
+    assert (await g.store.get(short.task_id)).status is Status.COMPLETED
 
 
-async def test_claiming_ahead_is_off_until_a_short_handler_ended() -> None:
+async def test_claiming_ahead_follows_the_handlers_that_ended_lately() -> None:
     g = Gated()
     w = worker(g.app, concurrency=1, prefetch=3, prefetch_wait=WAIT)
     assert w._ahead == 0  # a new worker knows nothing of its handlers yet
@@ -131,4 +136,6 @@ async def test_claiming_ahead_is_off_until_a_short_handler_ended() -> None:
         assert w._ahead == 0
         g.open(holder.task_id)
         await g.completed(holder.task_id)
-        assert w._ahead == 3  # it ended within prefetch_wait of its claim
+        assert w._ahead == 1
+        await g.warmed(4)
+        assert w._ahead == 3  # at most prefetch

@@ -36,6 +36,7 @@ import random
 import secrets
 import socket
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 import anyio
@@ -107,7 +108,6 @@ class _Attempt:
     task: Task
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     renewed: float = field(default_factory=time.monotonic)
-    claimed: float = field(default_factory=time.monotonic)
     stop_reason: str | None = None
     traced: bool = False
     """Whether spans are recorded (looked up once per claimed batch, not per attempt)."""
@@ -167,7 +167,7 @@ class Worker:
         self.prefetch = prefetch
         self.prefetch_wait = prefetch_wait
         self._slots = Slots(concurrency)
-        self._ahead_ok = False  # see _ahead
+        self._ends: deque[float] = deque()  # when handlers ended, lately (see _ahead)
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(2)}"
         self.claim_interval = claim_interval
         self.watch_interval = watch_interval
@@ -213,12 +213,16 @@ class Worker:
 
     @property
     def _ahead(self) -> int:
-        """Tasks to claim beyond the free slots: ``prefetch`` while handlers are short. Off
-        at first, on once a handler ends within ``prefetch_wait`` of its claim, off
-        again when an attempt claimed ahead gave its task back because the slots stayed
-        taken (long handlers): a worker busy with long tasks holds no others from the
-        workers that could run them, and claims and gives back nothing in a loop."""
-        return self.prefetch if self._ahead_ok else 0
+        """Tasks to claim beyond the free slots: as many handlers as ended in the last
+        quarter of ``prefetch_wait``, at most ``prefetch``. At that pace a task claimed
+        ahead gets its slot in about a quarter of ``prefetch_wait``, long before it would
+        be given back. A worker whose slots are taken by long handlers claims none ahead:
+        it holds no task that other workers could run now, and never claims and gives back
+        in a loop (after a give-back, none until handlers end again)."""
+        ends, since = self._ends, time.monotonic() - self.prefetch_wait / 4
+        while ends and ends[0] < since:
+            ends.popleft()
+        return min(len(ends), self.prefetch)
 
     @property
     def _busy(self) -> int:
@@ -509,8 +513,6 @@ class Worker:
             outcome = await self._attempt(attempt)
             attempt.handled = True  # its slot is freed (and claimed into) from here on
             self._free_slot(attempt)
-            if self.prefetch and not self._ahead_ok:
-                self._ahead_ok = time.monotonic() - attempt.claimed < self.prefetch_wait
             await self._give_back(attempt, outcome)
         finally:
             self._free_slot(attempt)
@@ -553,9 +555,13 @@ class Worker:
             attempt.waiting_since = None
 
     def _free_slot(self, attempt: _Attempt) -> None:
+        """Its handler ended: the slot goes to the next attempt waiting, the end is counted
+        (see :attr:`_ahead`; an attempt stopped before its handler ran had no slot)."""
         if attempt.slot:
             attempt.slot = False
             self._slots.free()
+            if self.prefetch:
+                self._ends.append(time.monotonic())
 
     def _give_back_waiting(self) -> None:
         """Stop the attempts claimed ahead that waited ``prefetch_wait`` seconds for a slot
@@ -567,7 +573,7 @@ class Worker:
             since = attempt.waiting_since
             if since is not None and now - since >= self.prefetch_wait:
                 attempt.stop(BUSY)
-                self._ahead_ok = False
+                self._ends.clear()
 
     async def _handle(self, attempt: _Attempt) -> AttemptOutcome | None:
         """The handler's own ending, or None when it found it no longer owns the task."""
