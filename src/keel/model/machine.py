@@ -9,6 +9,7 @@ raises a :mod:`keel.errors` error (and nothing is written) or returns a :class:`
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +21,7 @@ from keel.errors import (
     LeaseLost,
     TaskAlreadyTerminal,
 )
-from keel.model.task import Event, InputRequest, JsonObject, JsonValue, Status, Task
+from keel.model.task import Event, InputRequest, JsonObject, JsonValue, Status, Task, task_of
 from keel.model.validation import (
     Limits,
     canonical,
@@ -111,13 +112,15 @@ def event(old: Task | None, new: Task, now: float, reason: str, actor: str) -> E
 
 def replace(task: Task, **changes: Any) -> Task:
     """``dataclasses.replace`` without re-running ``__init__``: a hot path of every write."""
-    new = object.__new__(Task)
-    for name in _TASK_FIELDS:
-        object.__setattr__(new, name, changes[name] if name in changes else getattr(task, name))
-    return new
+    values = list(_task_values(task))
+    for name, value in changes.items():
+        values[_FIELD_INDEX[name]] = value
+    return task_of(values)
 
 
 _TASK_FIELDS = tuple(f.name for f in dataclasses.fields(Task))
+_task_values = operator.attrgetter(*_TASK_FIELDS)
+_FIELD_INDEX = {name: index for index, name in enumerate(_TASK_FIELDS)}
 
 
 def move(task: Task, now: float, reason: str, actor: str, **changes: Any) -> Change:
