@@ -21,7 +21,16 @@ from keel.errors import (
     LeaseLost,
     TaskAlreadyTerminal,
 )
-from keel.model.task import Event, InputRequest, JsonObject, JsonValue, Status, Task, task_of
+from keel.model.task import (
+    Event,
+    InputRequest,
+    JsonObject,
+    JsonValue,
+    Status,
+    Task,
+    event_of,
+    task_of,
+)
 from keel.model.validation import (
     Limits,
     canonical,
@@ -100,14 +109,8 @@ def unchanged(task: Task) -> Change:
 
 
 def event(old: Task | None, new: Task, now: float, reason: str, actor: str) -> Event:
-    return Event(
-        task_id=new.task_id,
-        at=now,
-        from_status=None if old is None else old.status,
-        to_status=new.status,
-        reason=reason,
-        actor=actor,
-    )
+    from_status = None if old is None else old.status
+    return event_of(new.task_id, now, from_status, new.status, reason=reason, actor=actor)
 
 
 def replace(task: Task, **changes: Any) -> Task:

@@ -17,6 +17,7 @@ __all__ = [
     "Reclaimed",
     "Status",
     "Task",
+    "event_of",
     "task_of",
 ]
 
@@ -179,6 +180,31 @@ class Event:
     reason: str
     actor: str
     """Who made the change: ``client``, ``worker:<id>``, ``reclaim``, ``cli`` …"""
+
+
+class _EventDraft:
+    """:class:`Event`'s slots without its frozen ``__setattr__`` (see :class:`_Draft`)."""
+
+    __slots__ = Event.__slots__
+
+
+def event_of(
+    task_id: str,
+    at: float,
+    from_status: Status | None,
+    to_status: Status,
+    *,
+    reason: str,
+    actor: str,
+) -> Event:
+    """``Event(...)`` without its ``__init__``, as :func:`task_of` builds a Task: one per
+    transition (~5,300 instructions instead of ~12,700)."""
+    draft: Any = _EventDraft()
+    draft.task_id, draft.at, draft.from_status = task_id, at, from_status
+    draft.to_status, draft.reason, draft.actor = to_status, reason, actor
+    draft.__class__ = Event
+    event: Event = draft
+    return event
 
 
 @dataclass(frozen=True, slots=True)
