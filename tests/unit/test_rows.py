@@ -6,7 +6,8 @@ import dataclasses
 
 import pytest
 
-from keel.model import InputRequest, Status, Task
+from keel.model import Event, InputRequest, Status, Task
+from keel.model.drafts import draft_class
 from keel.model.machine import replace
 from keel.model.task import task_of
 from keel.model.validation import normalize
@@ -60,6 +61,14 @@ def test_task_of_builds_the_task_its_init_builds() -> None:
         built.status = Status.WORKING  # type: ignore[misc]
     with pytest.raises(ValueError, match="not enough values"):
         task_of(values[:-1])  # a field left out is an error, never an unset slot
+
+
+def test_a_draft_becomes_only_a_class_of_its_own_layout() -> None:
+    """The layout check that keel.model.drafts relies on: a draft of Event's slots
+    cannot become a Task."""
+    draft = draft_class(Event)()
+    with pytest.raises(TypeError, match="layout differs"):
+        draft.__class__ = Task
 
 
 def test_replace_changes_the_named_fields_only() -> None:

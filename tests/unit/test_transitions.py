@@ -324,6 +324,7 @@ def test_a_leased_complete_is_exactly_the_task_and_history_row_expected():
         lease_expires_at=None,
         closed_fence=3,
     )
+    assert type(change) is Change
     assert change.event == Event("t1", NOW, W, C, "completed", "worker:w1")
     assert type(change.event) is Event
     assert hash(change.event) == hash(Event("t1", NOW, W, C, "completed", "worker:w1"))

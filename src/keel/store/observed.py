@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from keel.model import Event, Task
+from keel.model.drafts import draft_class
 
 __all__ = ["CommitObserver", "Committed", "Observers", "Recording", "Transition", "committed"]
 
@@ -59,25 +60,16 @@ class Committed:
     """From the call to its commit, queueing for its group included."""
 
 
-class _TransitionDraft:
-    """:class:`Transition`'s slots without its frozen ``__setattr__``: one per transition
-    of an observed store, built as :func:`keel.model.task.task_of` builds a Task (~3,000
-    instructions instead of ~6,500)."""
-
-    __slots__ = Transition.__slots__
-
-
-class _CommittedDraft:
-    """:class:`Committed`'s slots without its frozen ``__setattr__`` (see above): one per
-    observed write."""
-
-    __slots__ = Committed.__slots__
+_TransitionDraft = draft_class(Transition)
+_CommittedDraft = draft_class(Committed)
 
 
 def committed(
     what: str, transitions: tuple[Transition, ...], result: Any, seconds: float
 ) -> Committed:
-    """``Committed(what, transitions, result, seconds)`` without its ``__init__``."""
+    """``Committed(what, transitions, result, seconds)`` without its ``__init__`` (see
+    :mod:`keel.model.drafts`): one per observed write, as :func:`_transition` builds one
+    Transition per history entry (~3,000 instructions each instead of ~6,500)."""
     draft: Any = _CommittedDraft()
     draft.what, draft.transitions, draft.result, draft.seconds = what, transitions, result, seconds
     draft.__class__ = Committed
