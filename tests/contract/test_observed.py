@@ -63,6 +63,35 @@ async def test_a_create_and_its_idempotent_repeat_are_heard_of_once(store: Store
     assert value(metrics, "keel_tasks_created_total", tool="job") == 1
 
 
+async def test_a_leased_complete_is_heard_of_with_its_history_row_and_both_tasks(
+    store: Store, clock: FakeClock
+) -> None:
+    """The commit record of a worker's complete: one transition whose event is the
+    history row stored, whose old task is the claimed one and new task the one returned
+    (the records are built without their __init__: keel.store.observed.committed)."""
+    await store.create(name="job")
+    (held,) = await store.claim(["job"], worker="w1", lease_seconds=LEASE)
+    _, heard = observed(store)
+    now = clock.advance(2)
+    done = await store.complete(held.task_id, {"ok": 1}, fence=held.fence)
+    (commit,) = heard.commits
+    assert (commit.what, commit.result) == ("complete", done)
+    assert type(commit) is Committed
+    assert commit.seconds >= 0
+    (transition,) = commit.transitions
+    assert transition.old == held
+    assert transition.new == done
+    assert transition.task == done
+    (*_, stored) = await store.history(held.task_id)
+    assert transition.event == stored
+    assert (stored.from_status, stored.to_status, stored.at) == (
+        Status.WORKING,
+        Status.COMPLETED,
+        now,
+    )
+    assert stored.actor == "worker:w1"
+
+
 async def test_every_counter_is_exact_after_a_known_workload(
     store: Store, clock: FakeClock
 ) -> None:

@@ -3,6 +3,8 @@ workers use it when the store offers it, and polling alone still completes every
 
 from __future__ import annotations
 
+import json
+
 import anyio
 import pytest
 
@@ -30,6 +32,15 @@ def test_payloads_are_chunked_under_the_limit():
     assert len(chunks) > 1
     assert all(len(c.encode()) <= MAX_PAYLOAD for c in chunks)
     assert payloads({"x" * 9000}) == [""], "an oversized value means 'anything'"
+
+
+def test_payloads_that_fit_are_one_sorted_list():
+    """A group's values in one payload, sorted; nothing for no values; a value just too
+    long for a payload of its own still means 'anything'."""
+    assert payloads({"b", "a", "é"}) == [json.dumps(["a", "b", "é"])]
+    assert payloads(set()) == []
+    assert payloads({"x" * (MAX_PAYLOAD - 9)}) == [""]
+    assert payloads({"x" * (MAX_PAYLOAD - 10)}) == [json.dumps(["x" * (MAX_PAYLOAD - 10)])]
 
 
 @pytest.mark.anyio

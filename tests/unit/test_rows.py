@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from keel.model import InputRequest, Status, Task
+import pytest
+
+from keel.model import Event, InputRequest, Status, Task
+from keel.model.drafts import draft_class
+from keel.model.machine import replace
+from keel.model.task import task_of
 from keel.model.validation import normalize
 from keel.store.rows import compact_json, task_from_row, task_reader, task_to_row
 
@@ -36,6 +41,48 @@ def _every_field_set() -> Task:
         trace_context={"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"},
         claimed_at=10.0,
     )
+
+
+def _fields(task: Task) -> dict[str, object]:
+    return {f.name: getattr(task, f.name) for f in dataclasses.fields(Task)}
+
+
+def test_task_of_builds_the_task_its_init_builds() -> None:
+    """task_of (no __init__: slot stores, then __class__) sets every field, in order, and
+    gives a real Task: equal, hashable like one, frozen."""
+    task = _every_field_set()
+    values = [getattr(task, f.name) for f in dataclasses.fields(Task)]
+    built = task_of(values)
+    assert type(built) is Task
+    assert built == task
+    assert _fields(built) == _fields(task)
+    assert repr(built) == repr(task)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        built.status = Status.WORKING  # type: ignore[misc]
+    with pytest.raises(ValueError, match="not enough values"):
+        task_of(values[:-1])  # a field left out is an error, never an unset slot
+
+
+def test_a_draft_becomes_only_a_class_of_its_own_layout() -> None:
+    """The layout check that keel.model.drafts relies on: a draft of Event's slots
+    cannot become a Task."""
+    draft = draft_class(Event)()
+    with pytest.raises(TypeError, match="layout differs"):
+        draft.__class__ = Task
+
+
+def test_replace_changes_the_named_fields_only() -> None:
+    """machine.replace is dataclasses.replace without __init__: the same Task, the
+    original untouched, an unknown field refused."""
+    task = _every_field_set()
+    before = _fields(task)
+    moved = replace(task, status=Status.COMPLETED, lease_owner=None, closed_fence=6)
+    assert moved == dataclasses.replace(
+        task, status=Status.COMPLETED, lease_owner=None, closed_fence=6
+    )
+    assert _fields(task) == before
+    with pytest.raises(KeyError):
+        replace(task, no_such_field=1)
 
 
 def test_a_row_decodes_to_every_field_it_was_encoded_from() -> None:

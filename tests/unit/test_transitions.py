@@ -17,7 +17,16 @@ from keel import (
     Status,
     TaskAlreadyTerminal,
 )
-from keel.model import ALLOWED, INTERNAL_ERROR, TERMINAL, Change, InputRequest, Task, can_move
+from keel.model import (
+    ALLOWED,
+    INTERNAL_ERROR,
+    TERMINAL,
+    Change,
+    Event,
+    InputRequest,
+    Task,
+    can_move,
+)
 from keel.model import transitions as tr
 
 W, IR = Status.WORKING, Status.INPUT_REQUIRED
@@ -298,6 +307,30 @@ def test_complete_unleased_and_leased():
     assert_moved(change, held, C)
     assert change.task.closed_fence == 3
     assert change.task.lease_owner is None
+
+
+def test_a_leased_complete_is_exactly_the_task_and_history_row_expected():
+    """The whole Task and Event a worker's complete produces (both are built without
+    their __init__, see keel.model.task.task_of): every field, equality, frozenness."""
+    held = leased(attempt=2, claimed_at=NOW - 5)
+    change = tr.complete(held, {"content": []}, NOW, fence=3, actor="client")
+    assert change.changed
+    assert change.task == dataclasses.replace(
+        held,
+        status=C,
+        updated_at=NOW,
+        result={"content": []},
+        lease_owner=None,
+        lease_expires_at=None,
+        closed_fence=3,
+    )
+    assert type(change) is Change
+    assert change.event == Event("t1", NOW, W, C, "completed", "worker:w1")
+    assert type(change.event) is Event
+    assert hash(change.event) == hash(Event("t1", NOW, W, C, "completed", "worker:w1"))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        change.event.reason = "edited"  # type: ignore[misc]
+    assert (held.status, held.lease_owner) == (W, "w1"), "the old task is untouched"
 
 
 def test_complete_exact_repeat_is_unchanged():

@@ -9,6 +9,7 @@ raises a :mod:`keel.errors` error (and nothing is written) or returns a :class:`
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +21,17 @@ from keel.errors import (
     LeaseLost,
     TaskAlreadyTerminal,
 )
-from keel.model.task import Event, InputRequest, JsonObject, JsonValue, Status, Task
+from keel.model.drafts import draft_class
+from keel.model.task import (
+    Event,
+    InputRequest,
+    JsonObject,
+    JsonValue,
+    Status,
+    Task,
+    event_of,
+    task_of,
+)
 from keel.model.validation import (
     Limits,
     canonical,
@@ -86,6 +97,9 @@ class Change:
     changed: bool = True
 
 
+_ChangeDraft = draft_class(Change)
+
+
 def same_value(stored: JsonValue, given: object) -> bool:
     """Whether ``given`` is the very JSON value stored (an exact repeat of a write)."""
     try:
@@ -99,25 +113,21 @@ def unchanged(task: Task) -> Change:
 
 
 def event(old: Task | None, new: Task, now: float, reason: str, actor: str) -> Event:
-    return Event(
-        task_id=new.task_id,
-        at=now,
-        from_status=None if old is None else old.status,
-        to_status=new.status,
-        reason=reason,
-        actor=actor,
-    )
+    from_status = None if old is None else old.status
+    return event_of(new.task_id, now, from_status, new.status, reason=reason, actor=actor)
 
 
 def replace(task: Task, **changes: Any) -> Task:
     """``dataclasses.replace`` without re-running ``__init__``: a hot path of every write."""
-    new = object.__new__(Task)
-    for name in _TASK_FIELDS:
-        object.__setattr__(new, name, changes[name] if name in changes else getattr(task, name))
-    return new
+    values = list(_task_values(task))
+    for name, value in changes.items():
+        values[_FIELD_INDEX[name]] = value
+    return task_of(values)
 
 
 _TASK_FIELDS = tuple(f.name for f in dataclasses.fields(Task))
+_task_values = operator.attrgetter(*_TASK_FIELDS)
+_FIELD_INDEX = {name: index for index, name in enumerate(_TASK_FIELDS)}
 
 
 def move(task: Task, now: float, reason: str, actor: str, **changes: Any) -> Change:
@@ -126,7 +136,11 @@ def move(task: Task, now: float, reason: str, actor: str, **changes: Any) -> Cha
         raise InvalidTransition(
             f"task {task.task_id} cannot go from {task.status.value} to {new.status.value}", task
         )
-    return Change(new, event(task, new, now, reason, actor))
+    change: Any = _ChangeDraft()  # Change(new, event) without its __init__: keel.model.drafts
+    change.task, change.event, change.changed = new, event(task, new, now, reason, actor), True
+    change.__class__ = Change
+    moved: Change = change
+    return moved
 
 
 def check_writer(task: Task, fence: int | None, attempted: str) -> None:

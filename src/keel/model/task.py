@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
+
+from keel.model.drafts import draft_class
 
 __all__ = [
     "DEFAULT_INPUT_KEY",
@@ -17,6 +19,8 @@ __all__ = [
     "Reclaimed",
     "Status",
     "Task",
+    "event_of",
+    "task_of",
 ]
 
 # JSON as Python decodes it. Kept as Any: a precise recursive alias buys nothing at runtime,
@@ -138,6 +142,25 @@ class Task:
         return expiry
 
 
+_TaskDraft = draft_class(Task)
+
+
+def task_of(values: Sequence[Any]) -> Task:
+    """The :class:`Task` of every field's value, in field order (no defaults, no checks:
+    for values read from a store or taken from another Task; see :mod:`keel.model.drafts`:
+    ~6,500 instructions, where ``Task(...)`` takes ~35,000)."""
+    draft: Any = _TaskDraft()
+    (draft.task_id, draft.status, draft.owner, draft.name, draft.arguments, draft.created_at,
+     draft.updated_at, draft.status_message, draft.input_requests, draft.input_responses,
+     draft.result, draft.error, draft.idempotency_key, draft.attempt, draft.max_attempts,
+     draft.lease_owner, draft.lease_expires_at, draft.fence, draft.ready_at, draft.ttl,
+     draft.closed_fence, draft.request_digest, draft.trace_context, draft.claimed_at,
+     ) = values  # fmt: skip
+    draft.__class__ = Task
+    task: Task = draft
+    return task
+
+
 @dataclass(frozen=True, slots=True)
 class Event:
     """One entry of a task's append-only history."""
@@ -150,6 +173,28 @@ class Event:
     reason: str
     actor: str
     """Who made the change: ``client``, ``worker:<id>``, ``reclaim``, ``cli`` …"""
+
+
+_EventDraft = draft_class(Event)
+
+
+def event_of(
+    task_id: str,
+    at: float,
+    from_status: Status | None,
+    to_status: Status,
+    *,
+    reason: str,
+    actor: str,
+) -> Event:
+    """``Event(...)`` without its ``__init__`` (see :mod:`keel.model.drafts`): one per
+    transition (~5,300 instructions instead of ~12,700)."""
+    draft: Any = _EventDraft()
+    draft.task_id, draft.at, draft.from_status = task_id, at, from_status
+    draft.to_status, draft.reason, draft.actor = to_status, reason, actor
+    draft.__class__ = Event
+    event: Event = draft
+    return event
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,7 +31,7 @@ from keel.store.leases import (
     lease_page,
     stuck_of,
 )
-from keel.store.observed import CommitObserver, Committed, Recording, tell
+from keel.store.observed import CommitObserver, Recording, committed, tell
 from keel.store.protocol import Clock
 from keel.store.rerun import rerun_failed
 
@@ -211,7 +211,7 @@ class TxStore:
         started = time.perf_counter()
         out = await self._run(Op(record.wrap(op.run), op.touches, op.picks), write=True)
         seconds = time.perf_counter() - started
-        tell(observer, Committed(what, tuple(record.transitions), out, seconds))
+        tell(observer, committed(what, tuple(record.transitions), out, seconds))
         return out
 
     async def read_schema_version(self) -> int:

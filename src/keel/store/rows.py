@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from keel.model import Event, InputRequest, Status, Task
+from keel.model.task import task_of
 from keel.model.validation import encoded_text
 
 __all__ = [
@@ -151,32 +152,36 @@ def _task(values: Sequence[Any]) -> Task:
      requests, responses, result, error, idempotency_key, attempt, max_attempts,
      lease_owner, lease_expires_at, fence, ready_at, ttl, closed_fence, request_digest,
      trace_context, claimed_at) = values  # fmt: skip
-    # Positional, in Task's field order: the hot path of every read (no keyword parsing).
-    return Task(
-        task_id,
-        _STATUS[status],
-        owner,
-        name,
-        _loads(arguments),
-        created_at,
-        updated_at,
-        status_message,
-        {}
-        if requests == "{}"
-        else {k: InputRequest(r["message"], r["schema"]) for k, r in json.loads(requests).items()},
-        _loads(responses),
-        _maybe_loads(result),
-        _maybe_loads(error),
-        idempotency_key,
-        attempt,
-        max_attempts,
-        lease_owner,
-        lease_expires_at,
-        fence,
-        ready_at,
-        ttl,
-        closed_fence,
-        request_digest,
-        _maybe_loads(trace_context),
-        claimed_at,
+    # In Task's field order, without its __init__: the hot path of every read.
+    return task_of(
+        (
+            task_id,
+            _STATUS[status],
+            owner,
+            name,
+            _loads(arguments),
+            created_at,
+            updated_at,
+            status_message,
+            {}
+            if requests == "{}"
+            else {
+                k: InputRequest(r["message"], r["schema"]) for k, r in json.loads(requests).items()
+            },
+            _loads(responses),
+            _maybe_loads(result),
+            _maybe_loads(error),
+            idempotency_key,
+            attempt,
+            max_attempts,
+            lease_owner,
+            lease_expires_at,
+            fence,
+            ready_at,
+            ttl,
+            closed_fence,
+            request_digest,
+            _maybe_loads(trace_context),
+            claimed_at,
+        )
     )

@@ -59,6 +59,14 @@ def change_channel(tag: str) -> str:
 
 def payloads(values: Collection[str]) -> list[str]:
     """JSON lists of ``values``, each under the payload limit (``""`` means "anything")."""
+    if not values:
+        return []
+    whole = json.dumps(sorted(values))
+    # The common case, one payload (a group's ids): one encoding, not one per value. ASCII
+    # (ensure_ascii), so its length is its size; a value too long for a payload of its
+    # own (over MAX_PAYLOAD - 10 bytes) makes a longer list, which the loop handles.
+    if len(whole) <= MAX_PAYLOAD - 10:
+        return [whole]
     out: list[str] = []
     chunk: list[str] = []
     size = 2  # bytes of json.dumps(chunk): "[]", then each item and ", " between them

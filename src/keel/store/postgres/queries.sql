@@ -167,8 +167,10 @@ DELETE FROM keel_write_log WHERE written_at < now() - interval '1 hour';
 
 -- name: notify
 -- A group's notifications, (channel, payload) pairs, in one statement: sent in this order.
+-- The payloads go as a binary array (the "b" placeholder): as text, every double quote of their
+-- JSON is escaped by psycopg in Python, a regex substitution per quote (two per task id).
 SELECT pg_notify(m.channel, m.payload)
-FROM unnest(%(channels)s::text[], %(payloads)s::text[]) AS m (channel, payload);
+FROM unnest(%(channels)s::text[], %(payloads)b::text[]) AS m (channel, payload);
 
 -- name: browse_tasks
 -- Newest first, a keyset page (keel.store.browse); {where} is its condition. Each filter
