@@ -54,6 +54,7 @@ from keel.errors import (
 )
 from keel.model import INTERNAL_ERROR, Status, Task
 from keel.runtime.app import DEFAULT_LEASE, Keel
+from keel.runtime.completions import Completions
 from keel.runtime.context import Parking, TaskContext
 from keel.runtime.outcomes import (
     AttemptOutcome,
@@ -177,6 +178,7 @@ class Worker:
         # Jitter for retry backoff: spreading retries needs no cryptographic randomness.
         self._rng = rng or random.Random()  # noqa: S311
         self._running: dict[str, _Attempt] = {}
+        self._completions: Completions  # the outcomes Completed, written together (see run)
         self._attempts: dict[asyncio.Task[None], _Attempt] = {}  # see _start_attempt
         self._crashed: BaseException | None = None
         self._loops: anyio.abc.TaskGroup | None = None  # the task group of the loops below
@@ -252,6 +254,7 @@ class Worker:
         # Optional store capability (PostgreSQL LISTEN/NOTIFY): wake-ups from other
         # processes. A hint only: the polling below still finds everything.
         store = self.app.store
+        self._completions = Completions(store)
         unsubscribe = (
             store.subscribe(names, on_ready=self._poke, on_cancel=self._cancelled_here)
             if isinstance(store, WakeUps)
@@ -656,7 +659,7 @@ class Worker:
         try:
             match outcome:
                 case Completed(output):
-                    await store.complete(task.task_id, output.to_json(), fence=task.fence)
+                    await self._completions.complete(task, output.to_json())
                 case Failed(error):
                     await store.fail(task.task_id, error, fence=task.fence)
                 case Retry(error):

@@ -15,7 +15,14 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Generic, Protocol, TypeGuard, TypeVar
 
-from keel.errors import IdempotencyConflict, ImportFailed, InvalidPayload, TaskNotFound
+from keel.errors import (
+    IdempotencyConflict,
+    ImportFailed,
+    InvalidPayload,
+    KeelError,
+    StoreError,
+    TaskNotFound,
+)
 from keel.model import Event, InputRequest, JsonObject, JsonValue, Limits, Reclaimed, Status, Task
 from keel.model import transitions as tr
 from keel.model.validation import check_key, check_seconds, normalize, storable
@@ -36,6 +43,7 @@ from keel.store.protocol import Clock
 from keel.store.rerun import rerun_failed
 
 __all__ = [
+    "MAX_COMPLETE_BATCH",
     "Op",
     "Picks",
     "Tx",
@@ -47,6 +55,9 @@ T = TypeVar("T")
 
 MAX_CLAIM_BATCH = 100
 """Claims are bounded: a long claim transaction blocks every other writer."""
+
+MAX_COMPLETE_BATCH = 100
+"""Tasks one :meth:`TxStore.complete_many` call completes at most (one transaction)."""
 
 
 def new_task_id() -> str:
@@ -380,6 +391,34 @@ class TxStore:
             return _apply(tx, task, change)
 
         return await self._write(Op(op, _named(task_id)), "complete")
+
+    async def complete_many(
+        self, results: Sequence[tuple[str, JsonValue, int | None]], *, actor: str = "client"
+    ) -> Sequence[Task | KeelError]:
+        def op(tx: Tx) -> Sequence[Task | KeelError]:
+            now, done = self._now(), list[Task | KeelError]()
+            for task_id, result, fence in results:
+                try:
+                    task = _require(tx, task_id)
+                    change = tr.complete(
+                        task, result, now, fence=fence, actor=actor, limits=self.limits
+                    )
+                except StoreError:
+                    raise
+                except KeelError as refused:  # before anything of it was written
+                    done.append(refused)
+                    continue
+                done.append(_apply(tx, task, change))
+            return done
+
+        if len(results) > MAX_COMPLETE_BATCH:
+            raise InvalidPayload(
+                f"complete_many takes at most {MAX_COMPLETE_BATCH} tasks, not {len(results)}"
+            )
+        if not results:
+            return []
+        touched = tuple(task_id for task_id, _, _ in results if _known(task_id))
+        return await self._write(Op(op, touched), "complete")
 
     async def fail(
         self, task_id: str, error: JsonObject, *, fence: int | None = None, actor: str = "client"

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
+from keel.errors import KeelError
 from keel.model import Event, InputRequest, JsonObject, JsonValue, Reclaimed, Status, Task
 from keel.store.browse import TaskFilter, TaskPage
 from keel.store.changes import Change
@@ -231,6 +232,22 @@ class Store(Protocol):
             TaskAlreadyTerminal: it ended already (unless this exact write ended it).
             InvalidTransition: it waits for input, or it is leased and this write is not.
             InvalidPayload, PayloadTooLarge: the result.
+        """
+        ...
+
+    async def complete_many(
+        self, results: Sequence[tuple[str, JsonValue, int | None]], *, actor: str = "client"
+    ) -> Sequence[Task | KeelError]:
+        """:meth:`complete` for several tasks in one call and one transaction: each
+        ``(task_id, result, fence)`` in turn, what each gives back in the same order: the
+        completed task, or the error :meth:`complete` would have raised for it (that task
+        is left as it was; the others complete). At most
+        :data:`~keel.store.base.MAX_COMPLETE_BATCH` tasks (a worker writes the outcomes
+        of the handlers that ended together this way).
+
+        Raises:
+            InvalidPayload: more than ``MAX_COMPLETE_BATCH`` tasks.
+            StoreError: the store could not write (then none of them completed).
         """
         ...
 
