@@ -10,11 +10,13 @@ SELECT * FROM tasks WHERE task_id = %(task_id)s FOR UPDATE;
 
 -- name: get_tasks_locked
 -- The tasks a group of writes is about to change, locked in one consistent order (by id)
--- so that two processes locking overlapping groups cannot deadlock each other.
-SELECT * FROM tasks WHERE task_id = ANY(%(task_ids)s) ORDER BY task_id FOR UPDATE;
+-- so that two processes locking overlapping groups cannot deadlock each other. Lists of
+-- ids go as binary arrays (the "b" placeholder): as text, psycopg searches every id with
+-- a regular expression for characters to quote.
+SELECT * FROM tasks WHERE task_id = ANY(%(task_ids)b::text[]) ORDER BY task_id FOR UPDATE;
 
 -- name: get_tasks
-SELECT * FROM tasks WHERE task_id = ANY(%(task_ids)s);
+SELECT * FROM tasks WHERE task_id = ANY(%(task_ids)b::text[]);
 
 -- name: get_task_by_key
 SELECT * FROM tasks WHERE owner = %(owner)s AND idempotency_key = %(idempotency_key)s;
@@ -74,7 +76,7 @@ ORDER BY e.n;
 WITH picked AS MATERIALIZED (
     SELECT task_id FROM tasks
     WHERE status = 'working' AND lease_owner IS NULL AND ready_at <= %(now)s
-      AND name = ANY(%(names)s)
+      AND name = ANY(%(names)b::text[])
     ORDER BY ready_at, seq
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -101,7 +103,7 @@ SELECT * FROM claimed ORDER BY ready_at, seq;
 -- name: ready_tasks
 SELECT * FROM tasks
 WHERE status = 'working' AND lease_owner IS NULL AND ready_at <= %(now)s
-  AND name = ANY(%(names)s)
+  AND name = ANY(%(names)b::text[])
 ORDER BY ready_at, seq
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;
@@ -132,7 +134,7 @@ FOR UPDATE SKIP LOCKED;
 
 -- name: delete_tasks
 -- History and steps go with them (ON DELETE CASCADE).
-DELETE FROM tasks WHERE task_id = ANY(%(task_ids)s);
+DELETE FROM tasks WHERE task_id = ANY(%(task_ids)b::text[]);
 
 -- name: put_step
 INSERT INTO task_steps (task_id, name, value, created_at)
@@ -157,7 +159,7 @@ LIMIT %(limit)s;
 SELECT status, count(*) AS n FROM tasks GROUP BY status;
 
 -- name: task_statuses
-SELECT task_id, status, fence FROM tasks WHERE task_id = ANY(%(task_ids)s);
+SELECT task_id, status, fence FROM tasks WHERE task_id = ANY(%(task_ids)b::text[]);
 
 -- name: log_write
 INSERT INTO keel_write_log (op_id) VALUES (%(op_id)s);
