@@ -511,23 +511,30 @@ class Worker:
             await asyncio.wait(list(self._attempts))
 
     async def _run_attempt(self, attempt: _Attempt) -> None:
+        """Run the handler once (in its span if spans are recorded), free its slot, then
+        write its outcome. A claim woken by the freed slot is queued before the outcome's
+        write is flushed: both share one transaction."""
         task = attempt.task
         try:
-            outcome = await self._attempt(attempt)
+            outcome = await (self._traced(attempt) if attempt.traced else self._outcome(attempt))
             attempt.handled = True  # its slot is freed (and claimed into) from here on
             self._free_slot(attempt)
-            await self._give_back(attempt, outcome)
+            self._finishing += 1
+            self._poke()
+            try:
+                await self._finish(attempt, outcome)
+            finally:
+                self._finishing -= 1
         finally:
-            self._free_slot(attempt)
+            if attempt.slot:
+                self._free_slot(attempt)
             if self._running.get(task.task_id) is attempt:
                 del self._running[task.task_id]
             if self._stopping or not attempt.handled:
                 self._poke()  # a stop waits for the last attempt; a slot freed only now
 
-    async def _attempt(self, attempt: _Attempt) -> AttemptOutcome:
-        """Run the handler once, in its span if spans are recorded; how it ended."""
-        if not attempt.traced:
-            return await self._outcome(attempt)
+    async def _traced(self, attempt: _Attempt) -> AttemptOutcome:
+        """:meth:`_outcome` in the attempt's span."""
         with tracing.attempt_span(attempt.task, self.worker_id, attempt.trace_parent) as span:
             outcome = await self._outcome(attempt)
             traced_end(span, attempt.task, outcome)
@@ -614,16 +621,6 @@ class Worker:
         except Exception as exc:
             log.warning("task %s attempt %s raised %r", task.task_id, task.attempt, exc)
             return Retry(crash_error(exc))
-
-    async def _give_back(self, attempt: _Attempt, outcome: AttemptOutcome) -> None:
-        """Free the attempt's slot, then write its outcome. A claim woken by the freed slot
-        is queued before the outcome's write is flushed: both share one transaction."""
-        self._finishing += 1
-        self._poke()
-        try:
-            await self._finish(attempt, outcome)
-        finally:
-            self._finishing -= 1
 
     async def _finish(self, attempt: _Attempt, outcome: AttemptOutcome) -> None:
         """Write the outcome; while the store is unavailable, again after a backoff, until

@@ -154,7 +154,9 @@ def _known(task_id: object) -> TypeGuard[str]:
     An id that is not one (not a string; NUL or a lone surrogate in it, which no task id
     has) is an unknown task on every adapter alike, and never reaches a driver (which
     would refuse it, each in its own way)."""
-    return isinstance(task_id, str) and storable(task_id)
+    if not isinstance(task_id, str):
+        return False
+    return (task_id.isascii() and "\x00" not in task_id) or storable(task_id)
 
 
 def _named(task_id: object) -> tuple[str, ...]:

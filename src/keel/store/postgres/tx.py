@@ -310,8 +310,9 @@ def task_cursor(cur: psycopg.Cursor[Any]) -> psycopg.Cursor[Task]:
 
 
 def _task_row(cur: Any) -> RowMaker[Task]:
-    """psycopg's row factory of :func:`task_cursor`: called once per result."""
-    description = cur.description
-    if description is None:
+    """psycopg's row factory of :func:`task_cursor`: called once per result (its column
+    names read from the result itself: ``cur.description`` builds a Column per column)."""
+    result = cur.pgresult
+    if result is None or not result.nfields:
         return no_result
-    return task_reader([column.name for column in description])
+    return task_reader([result.fname(i).decode() for i in range(result.nfields)])
