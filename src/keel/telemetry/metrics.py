@@ -49,6 +49,10 @@ _ENDS_ATTEMPT = {
 }
 
 
+_INPUT = Status.INPUT_REQUIRED
+_RETRIES = frozenset({"retry", "recover_expired"})
+
+
 def _tool(task: Task | None) -> str:
     return "" if task is None or task.name is None else task.name
 
@@ -177,6 +181,8 @@ class Metrics:
             "keel_store_commit_seconds", "A store write, called to committed, by method.",
             ["op"], COMMIT_BUCKETS,
         )  # fmt: skip
+        self._ended = {Status.COMPLETED: self.completed, Status.FAILED: self.failed,
+                       Status.CANCELLED: self.cancelled}  # fmt: skip
 
     @functools.cached_property
     def registry(self) -> CollectorRegistry:
@@ -236,27 +242,27 @@ class Metrics:
 
     def _transition(self, what: str, transition: Transition) -> None:
         event, old = transition.event, transition.old
-        tool = _tool(transition.task)
-        if event.from_status is None:
+        before, to = event.from_status, event.to_status
+        tool = _tool(transition.new or old)
+        if before is None:
             if what == "create":
                 self.created.inc(tool)
-                if event.to_status is Status.INPUT_REQUIRED:
+                if to is _INPUT:
                     self.input_requested.inc(tool)
             return
         self._attempt_end(what, transition, tool)
-        to = event.to_status
-        if what in {"retry", "recover_expired"}:
+        if what in _RETRIES:
             if what == "recover_expired":
                 self.expiries.inc(tool)
             (self.dead if to is Status.FAILED else self.retries).inc(tool)
         elif what == "release":
             self.released.inc(tool)
-        if to is Status.INPUT_REQUIRED and event.from_status is not Status.INPUT_REQUIRED:
+        if before is _INPUT:
+            if to is Status.WORKING and old is not None:
+                self.input_wait.observe(max(0.0, event.at - old.updated_at), tool)
+        elif to is _INPUT:
             self.input_requested.inc(tool)
-        if event.from_status is Status.INPUT_REQUIRED and to is Status.WORKING and old is not None:
-            self.input_wait.observe(max(0.0, event.at - old.updated_at), tool)
-        ended = {Status.COMPLETED: self.completed, Status.FAILED: self.failed,
-                 Status.CANCELLED: self.cancelled}.get(to)  # fmt: skip
+        ended = self._ended.get(to)
         if ended is not None:
             ended.inc(tool)
 
