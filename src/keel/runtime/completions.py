@@ -6,8 +6,8 @@ commit). What it cannot save is the work around each call: an op and its future,
 place in the group, its record for the observer (metrics, logs), its answer. A worker
 whose short handlers end by the dozen made one ``complete`` call per task; it now makes
 one :meth:`~keel.store.Store.complete_many` for all the results queued by the time the
-event loop comes round (about a sixth of a busy worker's CPU per task; docs/benchmarks.md,
-"Completions written together").
+event loop comes round (a seventh of the instructions per task of a PostgreSQL worker
+draining no-op tasks; docs/benchmarks.md, "Completions written together").
 
 Each attempt still hears its own answer: its completed task, or the error the store
 gave for its task alone (a lost lease, a result too large), raised where it waits. A
