@@ -112,3 +112,16 @@ async def test_complete_many_keeps_the_lease_rules(store):
     done = await store.complete_many([(task.task_id, 1, None)])
     assert type(done[0]) is InvalidTransition
     assert await everything_of(store, task.task_id) == before
+
+
+@pytest.mark.parametrize(
+    "results",
+    ["abc", [("a", 1)], [("a", 1, 1, 2)], [None], {"a": (1, 2, 3)}],
+    ids=["a string", "a pair", "four items", "not a triple", "a mapping"],
+)
+async def test_malformed_completions_are_refused(store, results):
+    """Not a list of (task_id, result, fence): InvalidPayload naming it, nothing written."""
+    task = await claimed(store)
+    error = await refused(store, InvalidPayload, lambda: store.complete_many(results))
+    assert "complete_many" in str(error)
+    assert (await store.get(task.task_id)).status is Status.WORKING

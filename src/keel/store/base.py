@@ -159,6 +159,28 @@ def _known(task_id: object) -> TypeGuard[str]:
     return (task_id.isascii() and "\x00" not in task_id) or storable(task_id)
 
 
+def _check_completions(results: object) -> None:
+    """Refuse what :meth:`TxStore.complete_many` cannot take: not a list of
+    ``(task_id, result, fence)``, or more than :data:`MAX_COMPLETE_BATCH` of them.
+
+    Raises:
+        InvalidPayload: naming the first item that is not a triple.
+    """
+    if isinstance(results, str | bytes) or not isinstance(results, Sequence):
+        raise InvalidPayload(
+            f"complete_many takes a list of (task_id, result, fence), not {results!r:.80}"
+        )
+    if len(results) > MAX_COMPLETE_BATCH:
+        raise InvalidPayload(
+            f"complete_many takes at most {MAX_COMPLETE_BATCH} tasks, not {len(results)}"
+        )
+    for n, item in enumerate(results):
+        if not isinstance(item, tuple | list) or len(item) != 3:
+            raise InvalidPayload(
+                f"complete_many: item {n} is not (task_id, result, fence): {item!r:.80}"
+            )
+
+
 def _named(task_id: object) -> tuple[str, ...]:
     """``touches`` of an op on ``task_id`` (an id that names no task, see :func:`_known`,
     touches nothing: the op raises TaskNotFound)."""
@@ -413,10 +435,7 @@ class TxStore:
                 done.append(_apply(tx, task, change))
             return done
 
-        if len(results) > MAX_COMPLETE_BATCH:
-            raise InvalidPayload(
-                f"complete_many takes at most {MAX_COMPLETE_BATCH} tasks, not {len(results)}"
-            )
+        _check_completions(results)
         if not results:
             return []
         touched = tuple(task_id for task_id, _, _ in results if _known(task_id))
