@@ -11,6 +11,7 @@ import gc
 import threading
 import weakref
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -166,15 +167,20 @@ class _Result:
 async def test_a_lane_with_a_timeout_keeps_no_answered_result(inline):
     """Once its caller is answered, a result is the caller's alone: a lane with a timeout
     does not keep it until the caller's deadline (a worker held ~30,000 tasks so)."""
-    lane = Lane(asyncio.get_running_loop(), FakeRunner(inline=inline), timeout=600.0)
-    gone = []
-    for _ in range(3):
-        result = await lane.submit(_value(_Result()))
-        gone.append(weakref.ref(result))
-    del result
-    await asyncio.sleep(0)  # the loop's own hand-offs of the last answer are done
-    gc.collect()
-    assert [ref() for ref in gone] == [None, None, None]
+    loop = asyncio.get_running_loop()
+    with ThreadPoolExecutor(max_workers=1) as thread:
+        lane = Lane(loop, FakeRunner(inline=inline), timeout=600.0, executor=thread)
+        gone = []
+        for _ in range(3):
+            result = await lane.submit(_value(_Result()))
+            gone.append(weakref.ref(result))
+        del result
+        # The thread has returned from the last group (its frame held the outcomes), and
+        # the loop's own hand-offs of the last answer are done.
+        await loop.run_in_executor(thread, lambda: None)
+        await asyncio.sleep(0)
+        gc.collect()
+        assert [ref() for ref in gone] == [None, None, None]
 
 
 def test_run_alone_returns_or_raises_and_runs_the_after():
