@@ -408,13 +408,20 @@ class TxStore:
         self, task_id: str, result: JsonValue, *, fence: int | None = None, actor: str = "client"
     ) -> Task:
         def op(tx: Tx) -> Task:
-            task = _require(tx, task_id)
-            change = tr.complete(
-                task, result, self._now(), fence=fence, actor=actor, limits=self.limits
+            return _apply(
+                tx, *self._completion(tx, task_id, result, self._now(), fence=fence, actor=actor)
             )
-            return _apply(tx, task, change)
 
         return await self._write(Op(op, _named(task_id)), "complete")
+
+    def _completion(
+        self, tx: Tx, task_id: str, result: JsonValue, now: float, *, fence: int | None, actor: str
+    ) -> tuple[Task, tr.Change]:
+        """The stored task and its change to completed, or the KeelError that refuses it
+        (raised before anything is written): the one body of :meth:`complete` and
+        :meth:`complete_many`."""
+        task = _require(tx, task_id)
+        return task, tr.complete(task, result, now, fence=fence, actor=actor, limits=self.limits)
 
     async def complete_many(
         self, results: Sequence[tuple[str, JsonValue, int | None]], *, actor: str = "client"
@@ -423,9 +430,8 @@ class TxStore:
             now, done = self._now(), list[Task | KeelError]()
             for task_id, result, fence in results:
                 try:
-                    task = _require(tx, task_id)
-                    change = tr.complete(
-                        task, result, now, fence=fence, actor=actor, limits=self.limits
+                    task, change = self._completion(
+                        tx, task_id, result, now, fence=fence, actor=actor
                     )
                 except StoreError:
                     raise
