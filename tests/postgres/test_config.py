@@ -40,12 +40,25 @@ def test_keel_options_are_read():
 
 
 @pytest.mark.parametrize(
+    ("query", "groups"),
+    [("", 2), ("write_groups=1", 1), ("write_groups=3&pool_max=3", 3), ("pool_max=1", 1)],
+)
+def test_write_groups(query, groups):
+    """Two write transactions at once by default, never more than the pool holds."""
+    opts = parse_postgres_url(f"postgresql://h/db?{query}")
+    assert opts.write_groups == groups
+    assert "write_groups" not in opts.conninfo
+
+
+@pytest.mark.parametrize(
     ("query", "fragment"),
     [
         ("schema=a;drop", "schema must be a plain identifier"),
         ("notify=maybe", "notify must be on or off"),
         ("pool_max=0", "pool_max must be a number >= 1"),
         ("pool_min=5&pool_max=2", "pool_min (5) is larger than pool_max (2)"),
+        ("write_groups=0", "write_groups must be a number >= 1"),
+        ("write_groups=3&pool_max=2", "write_groups (3) is larger than pool_max (2)"),
         ("retries=lots", "retries must be a number"),
         ("frobnicate=1", 'invalid URI query parameter: "frobnicate"'),
     ],

@@ -190,3 +190,59 @@ def test_run_alone_returns_or_raises_and_runs_the_after():
     with pytest.raises(Boom):
         run_alone(runner, _boom())
     assert runner.afters == 2
+
+
+async def test_with_two_in_flight_a_group_does_not_wait_for_a_stuck_one():
+    """in_flight=2: ops queued while a group runs form the next group at once, in another
+    thread, and are answered while the first is still running."""
+    runner = FakeRunner(inline=False)
+    pool = ThreadPoolExecutor(max_workers=2)
+    lane = Lane(asyncio.get_running_loop(), runner, in_flight=2, executor=pool)
+    release, entered = threading.Event(), threading.Event()
+
+    def stuck(tx: Any) -> str:
+        entered.set()
+        assert release.wait(10)
+        return "first"
+
+    first = lane.submit(Op(stuck))
+    assert await asyncio.to_thread(entered.wait, 10)
+    assert lane.running == 1
+    assert await asyncio.wait_for(lane.submit(_value("second")), 10) == "second"
+    assert not first.done()
+    release.set()
+    assert await asyncio.wait_for(first, 10) == "first"
+    assert runner.groups == [("thread", 1), ("thread", 1)]
+    assert lane.running == 0
+    pool.shutdown()
+
+
+async def test_with_two_in_flight_a_third_group_waits_for_one_to_end():
+    """At most ``in_flight`` groups run; what is queued beyond them waits, then runs as
+    one group."""
+    runner = FakeRunner(inline=False)
+    pool = ThreadPoolExecutor(max_workers=3)
+    lane = Lane(asyncio.get_running_loop(), runner, in_flight=2, executor=pool)
+    release = threading.Event()
+    entered = [threading.Event(), threading.Event()]
+
+    def stuck(n: int) -> Op[Any]:
+        def run(tx: Any) -> int:
+            entered[n].set()
+            assert release.wait(10)
+            return n
+
+        return Op(run)
+
+    running = [lane.submit(stuck(0))]
+    assert await asyncio.to_thread(entered[0].wait, 10)
+    running.append(lane.submit(stuck(1)))
+    assert await asyncio.to_thread(entered[1].wait, 10)
+    queued = [lane.submit(_value(n)) for n in (2, 3)]
+    await asyncio.sleep(0)  # a flush would have been scheduled by now: none is
+    assert lane.running == 2
+    assert lane.queued
+    release.set()
+    assert await asyncio.wait_for(asyncio.gather(*running, *queued), 10) == [0, 1, 2, 3]
+    assert runner.groups == [("thread", 1), ("thread", 1), ("thread", 2)]
+    pool.shutdown()

@@ -15,6 +15,10 @@ everything queued by then as one group::
                                                         │            only commits there)
                                                         └  Regroup:  each op alone, in a thread
 
+While a group runs in a thread, the ops queued meanwhile wait for it, unless the lane
+lets more than one group run at once (``in_flight``, PostgreSQL's ``write_groups``): then
+they form the next group at once, in another thread.
+
 The adapter supplies the :class:`GroupRunner`: how a group runs in one transaction.
 This module owns the rest, once for both adapters: the queue, delivery of each result
 or error to the caller waiting for it (nobody hears "done" before the COMMIT), and
@@ -195,6 +199,13 @@ class Lane:
         executor: where groups wait (None: the loop's default executor).
         timeout: seconds a caller waits for its answer at most, then gets ``late()``
             (None: as long as it takes).
+        in_flight: groups running in worker threads at once. With more than one, ops
+            queued while a group runs form the next group at once, on another thread
+            (and, for PostgreSQL, another connection and transaction): callers still hear
+            of an op only once its group committed, but two groups may commit in either
+            order, so ops of different groups must not depend on each other's order
+            (one caller's ops do not: each waits for its answer before the next). Writes
+            to the same rows are ordered by the database's row locks.
     """
 
     def __init__(
@@ -206,8 +217,10 @@ class Lane:
         executor: Executor | None = None,
         timeout: float | None = None,
         late: Callable[[], Exception] | None = None,
+        in_flight: int = 1,
     ) -> None:
         self.loop = loop
+        self._in_flight = in_flight
         self._runner = runner
         self._max_group = max_group
         self._executor = executor
@@ -219,8 +232,8 @@ class Lane:
         self._scheduled = False
         self._committing: list[_Queued] = []
         self._delivered: list[_Queued] = []  # committed, callers told but not yet run
-        self.flushing = False
-        """Whether a group is running in a worker thread (the next waits for it)."""
+        self.running = 0
+        """Groups running in worker threads (the next waits while ``in_flight`` do)."""
         self.inflight: set[asyncio.Future[Any]] = set()
         """Futures of ops submitted and not answered yet."""
 
@@ -232,7 +245,12 @@ class Lane:
     @property
     def idle(self) -> bool:
         """Nothing queued or running: the lane may be dropped."""
-        return not self.inflight and not self.flushing and not self._scheduled
+        return not self.inflight and not self.running and not self._scheduled
+
+    @property
+    def flushing(self) -> bool:
+        """Whether a group is running in a worker thread."""
+        return self.running > 0
 
     def submit(self, op: Op[Any]) -> asyncio.Future[Any]:
         """Queue ``op`` (on the lane's loop); the future gets its value or error."""
@@ -242,7 +260,7 @@ class Lane:
         self._queue.append((op, future))
         self.inflight.add(future)
         future.add_done_callback(self.inflight.discard)
-        if not self._scheduled and not self.flushing:
+        if not self._scheduled and self.running < self._in_flight:
             self._scheduled = True
             self.loop.call_soon(self._flush)
         if self._timeout is not None:
@@ -351,11 +369,11 @@ class Lane:
             wait = started
         if wait.committing:
             self._committing = batch
-        self.flushing = True
+        self.running += 1
         try:
             self.loop.run_in_executor(self._executor, self._finish, batch, wait.handoff, regroup)
         except RuntimeError:  # the executor was shut down: the store is closed
-            self.flushing = False
+            self.running -= 1
             self._committing = []
             if wait.abandon is not None:
                 wait.abandon()
@@ -391,7 +409,7 @@ class Lane:
             self.loop.call_soon(self._forget, batch)  # once its callers have run
         _deliver(batch, outcomes)
         self._answered()
-        self.flushing = False
+        self.running -= 1
         if self._queue and not self._scheduled:
             self._scheduled = True
             self._flush()

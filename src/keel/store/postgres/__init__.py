@@ -236,9 +236,12 @@ class PostgresStore(TxStore):
         except RuntimeError:  # pragma: no cover - not on asyncio (e.g. trio): one at a time
             return await anyio.to_thread.run_sync(lambda: run_alone(runner, op))
         # One lane of writes per event loop: a worker's claims share the group of its
-        # outcome writes (one transaction, one COMMIT, one NOTIFY for both). A lane of their
-        # own for claims cost ~15% more worker CPU per task (twice the transactions, NOTIFYs
-        # and thread hand-offs) and was slower at 4 processes (docs/benchmarks.md).
+        # outcome writes when they are queued together (one transaction, one COMMIT, one
+        # NOTIFY for both); a lane of their own for claims cost ~15% more worker CPU per
+        # task. Its groups run ``write_groups`` at a time (2 by default): with one, this
+        # process and the server took turns, each idle while the other worked (half of two
+        # cores unused); with two, the server runs one group while this process prepares
+        # the next or reads the answers of the last (docs/benchmarks.md).
         key = (id(loop), write)
         lane = self._lanes.get(key)
         if lane is None or lane.loop is not loop:
@@ -249,6 +252,7 @@ class PostgresStore(TxStore):
                 executor=self._threads,
                 timeout=self.timeout,
                 late=self._late,
+                in_flight=self.options.write_groups if write else 1,
             )
         return await lane.submit(op)  # type: ignore[no-any-return]
 

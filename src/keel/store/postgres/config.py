@@ -15,6 +15,8 @@ option              default    meaning
 ``pool_min``        ``1``      connections the pool keeps open
 ``pool_max``        ``4``      connections the pool opens at most (plus one for LISTEN)
 ``pool_timeout``    ``30``     seconds a transaction waits for a free pooled connection
+``write_groups``    ``2``      write transactions one event loop runs at once (at most
+                               ``pool_max``; see :class:`~keel.store.group_commit.Lane`)
 ``retries``         ``10``     tries of a transaction that hits a transient error
 ``retry_base``      ``0.05``   seconds before the second try (then doubling, jittered)
 ``retry_cap``       ``2``      seconds at most between tries
@@ -66,6 +68,7 @@ class PostgresOptions:
     pool_min: int = 1
     pool_max: int = 4
     pool_timeout: float = 30.0  # seconds
+    write_groups: int = 2  # write transactions of one event loop running at once
     retries: int = 10
     retry_base: float = 0.05  # seconds
     retry_cap: float = 2.0  # seconds
@@ -100,6 +103,18 @@ def _number(options: dict[str, str], name: str, default: float, low: float, url:
     if not value >= low:  # also refuses nan
         raise ConfigurationError(f"{name} must be a number >= {low:g} in {redact(url)!r}")
     return value
+
+
+def _write_groups(options: dict[str, str], pool_max: int, url: str) -> int:
+    """``write_groups``: 2 unless the URL says, never more than ``pool_max`` (each
+    transaction holds a connection; by default a pool of one runs one at a time)."""
+    given = "write_groups" in options
+    groups = int(_number(options, "write_groups", 2, 1, url))
+    if given and groups > pool_max:
+        raise ConfigurationError(
+            f"write_groups ({groups}) is larger than pool_max ({pool_max}) in {redact(url)!r}"
+        )
+    return min(groups, pool_max)
 
 
 def _libpq_defaults(params: Mapping[str, object], timeout: float) -> dict[str, object]:
@@ -143,6 +158,7 @@ def parse_postgres_url(url: str, *, timeout: float = DEFAULT_STORE_TIMEOUT) -> P
     if pool_min > pool_max:
         raise ConfigurationError(f"pool_min ({pool_min}) is larger than pool_max ({pool_max})")
     pool_timeout = _number(keel, "pool_timeout", 30.0, 0.001, url)
+    write_groups = _write_groups(keel, pool_max, url)
     retries = int(_number(keel, "retries", 10, 1, url))
     retry_base = _number(keel, "retry_base", 0.05, 0, url)
     retry_cap = _number(keel, "retry_cap", 2.0, 0, url)
@@ -172,6 +188,7 @@ def parse_postgres_url(url: str, *, timeout: float = DEFAULT_STORE_TIMEOUT) -> P
         pool_min=pool_min,
         pool_max=pool_max,
         pool_timeout=pool_timeout,
+        write_groups=write_groups,
         retries=retries,
         retry_base=retry_base,
         retry_cap=retry_cap,
@@ -180,6 +197,6 @@ def parse_postgres_url(url: str, *, timeout: float = DEFAULT_STORE_TIMEOUT) -> P
 
 
 _KEEL_OPTIONS = frozenset(
-    {"schema", "notify", "pool_min", "pool_max", "pool_timeout", "retries", "retry_base",
-     "retry_cap"}
+    {"schema", "notify", "pool_min", "pool_max", "pool_timeout", "write_groups", "retries",
+     "retry_base", "retry_cap"}
 )  # fmt: skip
