@@ -24,7 +24,9 @@ async def _waiting_for_lock(app_name: str) -> None:
     with anyio.fail_after(WAIT), admin() as conn:
         query = ("SELECT count(*) FROM pg_stat_activity "
                  "WHERE application_name = %s AND wait_event_type = 'Lock'")  # fmt: skip
-        while conn.execute(query, (app_name,)).fetchone() != (1,):
+        while True:
+            if conn.execute(query, (app_name,)).fetchone() == (1,):
+                return
             await anyio.sleep(0.005)  # polling another session's state under a deadline
 
 
