@@ -110,7 +110,8 @@ class Wait:
     """What the runner worked out on the loop, for :meth:`GroupRunner.finish`."""
     committing: bool = False
     """The group ran on the loop and only its COMMIT is left (the disk's fsync): reads wait
-    for it (:meth:`Lane.written`)."""
+    for it (:meth:`Lane.written`). Only for a lane that runs one group at a time
+    (``in_flight=1``, as SQLite's do)."""
     abandon: Callable[[], None] | None = None
     """Undo what the runner holds for ``handoff`` (a transaction, a lock) if the group
     cannot be handed to a thread after all (the executor is shut down)."""
