@@ -11,7 +11,7 @@ import pytest
 
 from keel.model import Status
 from keel.runtime import Keel, TaskContext
-from keel.runtime.worker import BUSY
+from keel.runtime.worker import BUSY, PREFETCH_PER_SLOT, Worker
 from keel.store import MemoryStore
 
 from .support import WAIT, eventually, running, worker
@@ -139,3 +139,10 @@ async def test_claiming_ahead_follows_the_handlers_that_ended_lately() -> None:
         assert w._ahead == 1
         await g.warmed(4)
         assert w._ahead == 3  # at most prefetch
+
+
+def test_the_default_prefetch_is_twice_the_concurrency() -> None:
+    """None: PREFETCH_PER_SLOT tasks ahead per slot; 0 stays 0 (none claimed ahead)."""
+    app = Keel(MemoryStore())
+    assert Worker(app, concurrency=3).prefetch == 3 * PREFETCH_PER_SLOT == 6
+    assert Worker(app, concurrency=3, prefetch=0).prefetch == 0

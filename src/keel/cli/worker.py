@@ -50,7 +50,7 @@ __all__ = ["worker"]
     type=click.IntRange(0, 10_000),
     help="Tasks claimed beyond the free slots at most: as many as handlers ended in the last "
     "0.25 s, each waiting for a slot (given back after 1 s)  "
-    "[default: as many as --concurrency; 0: none]",
+    "[default: twice --concurrency; 0: none]",
 )
 @click.option("--worker-id", default=None, help="Name in leases and history (default host:pid).")
 @click.option("-v", "--verbose", is_flag=True, help="Log what the worker does.")

@@ -100,6 +100,12 @@ BUSY = "waited too long for a free slot of its worker"
 given back (released, uncounted) for any worker to take."""
 GIVE_BACK = frozenset({SHUTTING_DOWN, UNRENEWED, BUSY})
 PREFETCH_WAIT = 1.0  # seconds an attempt claimed ahead waits for a slot before it gives back
+PREFETCH_PER_SLOT = 2
+"""The default ``prefetch``: tasks claimed ahead at most per handler slot. With short
+handlers the tasks in hand then fill both of the store's write transactions in flight
+(PostgreSQL's ``write_groups``): at one PostgreSQL worker process of concurrency 32,
+6,407 -> 6,996 no-op tasks/s against one slot each, with a third fewer transactions
+(docs/benchmarks.md, "Two write groups in flight")."""
 OUTCOME_RETRY_BASE = 0.05  # seconds before the second try of an outcome write
 OUTCOME_RETRY_CAP = 1.0  # seconds at most between tries: written soon after the store returns
 
@@ -134,8 +140,8 @@ class Worker:
         concurrency: handlers run at once.
         prefetch: tasks claimed beyond the free slots, each waiting for a slot, so that
             short handlers run while the outcomes of the last ones are being written
-            (see :meth:`_ahead`; None: as many as ``concurrency``); 0 claims only for free
-            slots.
+            (see :meth:`_ahead`; None: twice ``concurrency``, :data:`PREFETCH_PER_SLOT`);
+            0 claims only for free slots.
         prefetch_wait: seconds a task claimed ahead waits for a slot before it is given back.
         worker_id: how leases and history name this worker (default host:pid:random).
         shutdown_grace: seconds a stop waits for running attempts to give their tasks
@@ -160,7 +166,7 @@ class Worker:
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
         if prefetch is None:
-            prefetch = concurrency
+            prefetch = PREFETCH_PER_SLOT * concurrency
         if prefetch < 0:
             raise ValueError("prefetch must be >= 0")
         self.app = app
