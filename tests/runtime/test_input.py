@@ -326,3 +326,43 @@ async def test_step_key_is_stable_across_runs_of_a_task() -> None:
     again = TaskContext(MemoryStore(), task, steps={}, worker="w2")
     assert first.step_key("charge") == again.step_key("charge") == "t-1/charge"
     assert first.step_key("charge") != first.step_key("refund")
+
+
+class WatchedStore(MemoryStore):
+    """A MemoryStore that counts the worker's watch reads (``statuses``)."""
+
+    reads = 0
+
+    async def statuses(self, task_ids: Any) -> Any:
+        seen = await super().statuses(task_ids)
+        self.reads += 1
+        return seen
+
+
+async def test_a_watch_read_while_the_attempt_parks_does_not_stop_it() -> None:
+    """The task is input_required at the attempt's own fence from the moment its request
+    commits until the handler has left: the watch loop reads it so in between (two reads
+    here, while the handler's cleanup runs) and must not take it for another attempt's,
+    which would cancel that cleanup and record the attempt as stopped, not parked."""
+    store = WatchedStore()
+    app = Keel(store)
+    cleaned: list[int] = []
+
+    @app.task("ask")
+    async def ask(ctx: TaskContext) -> str:
+        try:
+            answer = await ctx.elicit("Which service is affected?", SERVICE)
+        finally:
+            asked_at = store.reads
+            await eventually(lambda: store.reads >= asked_at + 2, "two watch reads")
+            cleaned.append(ctx.fence)
+        return str(answer["service"])
+
+    waiting = await app.submit("ask")
+    w = worker(app, concurrency=1)  # watch_interval 0.01 s
+    async with running(w):
+        await parks(store, waiting.task_id)
+        await eventually(lambda: not w.running, "the attempt to end")
+    assert cleaned == [1]
+    parked = await store.get(waiting.task_id)
+    assert (parked.status, parked.fence, parked.lease_owner) == (Status.INPUT_REQUIRED, 1, None)

@@ -52,7 +52,7 @@ from keel.errors import (
     TaskAlreadyTerminal,
     TaskNotFound,
 )
-from keel.model import INTERNAL_ERROR, Status, Task
+from keel.model import INTERNAL_ERROR, Task
 from keel.runtime.app import DEFAULT_LEASE, Keel
 from keel.runtime.completions import Completions
 from keel.runtime.context import Parking, TaskContext
@@ -436,8 +436,12 @@ class Worker:
                     attempt.stop("task no longer exists")
                 elif status.terminal:
                     attempt.stop(f"task is {status.value}")
-                elif fence != attempt.task.fence or status is not Status.WORKING:
+                elif fence != attempt.task.fence:
                     attempt.stop("task was taken over by another attempt")
+                # A live task at the attempt's own fence is its own: working, or waiting
+                # for input because this very attempt asked (only the lease holder can),
+                # its handler on its way out. Stopping that one would cancel the handler's
+                # way out and record the attempt as stopped instead of parked.
 
     async def _recover_loop(self) -> None:
         store = self.app.store
