@@ -192,6 +192,17 @@ def test_run_alone_returns_or_raises_and_runs_the_after():
     assert runner.afters == 2
 
 
+def _stuck(value: Any, entered: threading.Event, release: threading.Event) -> Op[Any]:
+    """An op that says it started, then blocks its group's thread until ``release``."""
+
+    def run(tx: Any) -> Any:
+        entered.set()
+        assert release.wait(10)
+        return value
+
+    return Op(run)
+
+
 async def test_with_two_in_flight_a_group_does_not_wait_for_a_stuck_one():
     """in_flight=2: ops queued while a group runs form the next group at once, in another
     thread, and are answered while the first is still running."""
@@ -199,13 +210,7 @@ async def test_with_two_in_flight_a_group_does_not_wait_for_a_stuck_one():
     pool = ThreadPoolExecutor(max_workers=2)
     lane = Lane(asyncio.get_running_loop(), runner, in_flight=2, executor=pool)
     release, entered = threading.Event(), threading.Event()
-
-    def stuck(tx: Any) -> str:
-        entered.set()
-        assert release.wait(10)
-        return "first"
-
-    first = lane.submit(Op(stuck))
+    first = lane.submit(_stuck("first", entered, release))
     assert await asyncio.to_thread(entered.wait, 10)
     assert lane.running == 1
     assert await asyncio.wait_for(lane.submit(_value("second")), 10) == "second"
@@ -225,18 +230,9 @@ async def test_with_two_in_flight_a_third_group_waits_for_one_to_end():
     lane = Lane(asyncio.get_running_loop(), runner, in_flight=2, executor=pool)
     release = threading.Event()
     entered = [threading.Event(), threading.Event()]
-
-    def stuck(n: int) -> Op[Any]:
-        def run(tx: Any) -> int:
-            entered[n].set()
-            assert release.wait(10)
-            return n
-
-        return Op(run)
-
-    running = [lane.submit(stuck(0))]
+    running = [lane.submit(_stuck(0, entered[0], release))]
     assert await asyncio.to_thread(entered[0].wait, 10)
-    running.append(lane.submit(stuck(1)))
+    running.append(lane.submit(_stuck(1, entered[1], release)))
     assert await asyncio.to_thread(entered[1].wait, 10)
     queued = [lane.submit(_value(n)) for n in (2, 3)]
     await asyncio.sleep(0)  # a flush would have been scheduled by now: none is

@@ -437,11 +437,12 @@ class Worker:
                 elif status.terminal:
                     attempt.stop(f"task is {status.value}")
                 elif fence != attempt.task.fence:
+                    # Only another fence means another attempt. A live task at the
+                    # attempt's own fence is its own: working, or waiting for input
+                    # because this very attempt asked (only the lease holder can), its
+                    # handler on its way out; stopping that one would cancel its way out
+                    # and record the attempt as stopped instead of parked.
                     attempt.stop("task was taken over by another attempt")
-                # A live task at the attempt's own fence is its own: working, or waiting
-                # for input because this very attempt asked (only the lease holder can),
-                # its handler on its way out. Stopping that one would cancel the handler's
-                # way out and record the attempt as stopped instead of parked.
 
     async def _recover_loop(self) -> None:
         store = self.app.store
